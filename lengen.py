@@ -1,0 +1,617 @@
+"""lengen: length generalization in transformers, in one readable file.
+
+Read top to bottom:
+  1. rotary frequency schedules (RoPE, PI, NTK, dynamic NTK, YaRN)   -> (inv_freq, attention_scale)
+  2. applying rotations (cos/sin in float64, the half-split layout of Hugging Face Llama models)
+  3. position ids (contiguous, randomized, uniform stretch, PoSE) and a length curriculum
+  4. positional encodings, grouped by where they act: the input, q/k rotation, the attention logits
+  5. attention: softmax (SDPA, in query blocks), an analysis path with the weights, linear attention
+  6. a small GPT that takes any encoding and any position ids
+  7. a Hugging Face bridge: put any of these schedules into a Llama-family model
+
+Nothing here imports the rest of the project, and importing it never imports transformers.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# ---------------------------------------------------------------------------------------------------------
+# 1. Rotary frequency schedules
+#
+# RoPE rotates pair i of every query and key by the angle p * theta_i at position p. A "schedule" decides the
+# frequencies theta_i (and an attention scale that multiplies cos and sin). Every schedule is a pure function
+# returning (inv_freq, attention_scale): a float32 tensor of dim // 2 and a float, computed exactly as Hugging
+# Face transformers computes it, so a model fine-tuned here means the same thing there.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def rope_frequencies(dim: int, base: float = 10000.0) -> tuple[torch.Tensor, float]:
+    """RoPE (arXiv 2104.09864): theta_i = base^(-2i/dim), i = 0 .. dim/2 - 1; no attention scale."""
+    if dim % 2:
+        raise ValueError(f"rotary dimension must be even, got {dim}")
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)), 1.0
+
+
+def pi_frequencies(dim: int, base: float, factor: float) -> tuple[torch.Tensor, float]:
+    """Position interpolation (arXiv 2306.15595): theta_i / s, the same as reading position p as p / s."""
+    inv_freq, _ = rope_frequencies(dim, base)
+    return inv_freq / factor, 1.0
+
+
+def ntk_frequencies(dim: int, base: float, factor: float) -> tuple[torch.Tensor, float]:
+    """NTK-aware scaling (bloc97, 2023; arXiv 2309.00071 sec. 3.1): base -> base * s^(dim / (dim - 2))."""
+    return rope_frequencies(dim, base * factor ** (dim / (dim - 2)))
+
+
+def dynamic_ntk_frequencies(dim: int, base: float, factor: float, original_max_len: int,
+                            length: int) -> tuple[torch.Tensor, float]:
+    """Dynamic NTK (arXiv 2309.00071 sec. 3.3): base -> base * (s*n/L - (s-1))^(dim/(dim-2)) at length n > L.
+
+    At or below the original length L it is plain RoPE, so short inputs are read exactly as in pretraining.
+    """
+    n = max(length, original_max_len)
+    return rope_frequencies(dim, base * (factor * n / original_max_len - (factor - 1)) ** (dim / (dim - 2)))
+
+
+def yarn_frequencies(dim: int, base: float, factor: float, original_max_len: int, beta_fast: float = 32.0,
+                     beta_slow: float = 1.0, truncate: bool = True) -> tuple[torch.Tensor, float]:
+    """YaRN (arXiv 2309.00071): inv_freq_i = (theta_i / s)(1 - w_i) + theta_i w_i, scale a = 0.1 ln s + 1.
+
+    w_i is 1 for fast pairs (more than beta_fast turns within the original length L: keep them, they carry
+    local order), 0 for slow pairs (under beta_slow turns: interpolate them, they never completed a turn in
+    pretraining) and a linear ramp over the pair index in between. Pair boundaries come from the number of
+    turns r a pair makes in L:  corr(r) = dim * ln(L / (2 pi r)) / (2 ln base).
+    Worked example: dim 128, base 1e4, L 4096, s 16 -> ramp from pair 20 to 46, a = 1.2773.
+    """
+    def correction_dim(turns: float) -> float:
+        return dim * math.log(original_max_len / (2 * math.pi * turns)) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # a zero-width ramp would divide by zero
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp  # w_i: the weight of the original (extrapolated) frequency
+    theta = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+    inv_freq = theta / factor * (1 - keep) + theta * keep
+    scale = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+    return inv_freq, scale
+
+
+# name -> schedule; every entry takes (dim, base, factor, original_max_len, length) by keyword, so a caller can
+# choose a schedule from a string without knowing which arguments it reads.
+SCHEDULES = {
+    "none": lambda dim, base, factor, original_max_len, length: rope_frequencies(dim, base),
+    "pi": lambda dim, base, factor, original_max_len, length: pi_frequencies(dim, base, factor),
+    "ntk": lambda dim, base, factor, original_max_len, length: ntk_frequencies(dim, base, factor),
+    "dynamic_ntk": lambda dim, base, factor, original_max_len, length: dynamic_ntk_frequencies(
+        dim, base, factor, original_max_len, length),
+    "yarn": lambda dim, base, factor, original_max_len, length: yarn_frequencies(
+        dim, base, factor, original_max_len),
+}
+
+
+def schedule_frequencies(name: str, dim: int, base: float, factor: float = 1.0,
+                         original_max_len: int | None = None, length: int = 0) -> tuple[torch.Tensor, float]:
+    """Look a schedule up by name and call it; unknown names and impossible factors fail with a clear reason."""
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown rope scaling '{name}'; choose from {', '.join(SCHEDULES)}")
+    if factor < 1:
+        raise ValueError(f"scaling factor must be >= 1 (it stretches the context), got {factor}")
+    if name in ("dynamic_ntk", "yarn") and not original_max_len:
+        raise ValueError(f"'{name}' needs original_max_len, the length the model was trained at")
+    return SCHEDULES[name](dim=dim, base=base, factor=factor, original_max_len=original_max_len, length=length)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 2. Applying rotations
+# ---------------------------------------------------------------------------------------------------------
+
+
+def rotary_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, attention_scale: float = 1.0,
+                   dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of p * theta_i for positions of shape (T,) or (B, T): returns two (..., T, dim) tensors.
+
+    The phase is computed in float64: in float32, p * theta_0 at p = 1e6 is off by ~0.03 rad, enough to move
+    attention at long context. YaRN's attention scale multiplies both cos and sin, so logits grow by scale^2.
+    """
+    phase = positions.to(torch.float64)[..., None] * inv_freq.to(torch.float64)  # (..., T, dim/2)
+    phase = torch.cat((phase, phase), dim=-1)  # (..., T, dim): pair i is (i, i + dim/2)
+    return (phase.cos() * attention_scale).to(dtype), (phase.sin() * attention_scale).to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(x1, x2) -> (-x2, x1) over the two halves of the last dimension."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x (B, H, T, D) pairwise in the half-split layout: pair i is (x[i], x[i + D/2]).
+
+    This is the layout of Hugging Face Llama-family checkpoints, so their weights need no permutation.
+    cos/sin are (T, D) or (B, T, D); a per-row position set gets a head axis here.
+    """
+    if cos.dim() == 3:
+        cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, D)
+    return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 3. Position ids
+#
+# A model is trained on short sequences; what it sees of "length" is only the position ids. Every sampler takes
+# (batch, length, max_position, generator) and returns a LongTensor (batch, length) of sorted, distinct ids in
+# [0, max_position), so the relative order of tokens is always kept.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _check_range(length: int, max_position: int) -> None:
+    if max_position < length:
+        raise ValueError(f"max_position {max_position} is below the sequence length {length}: "
+                         "positions must be distinct")
+
+
+def contiguous_positions(batch: int, length: int, max_position: int | None = None,
+                         generator: torch.Generator | None = None) -> torch.Tensor:
+    """0, 1, ..., length - 1 for every row: what a model sees at inference."""
+    return torch.arange(length).expand(batch, length)
+
+
+def randomized_positions(batch: int, length: int, max_position: int,
+                         generator: torch.Generator | None = None) -> torch.Tensor:
+    """Randomized positions (arXiv 2305.16843): each row a uniform random sorted subset of [0, max_position).
+
+    Example: batch 1, length 4, max_position 16 -> tensor([[2, 5, 6, 13]]).
+    Two exact methods. With max_position <= 4 * length, rank random keys over the whole range. Otherwise draw
+    integers and redraw duplicates until none remain: the procedure treats every id alike, so every subset is
+    equally likely, and it costs O(length), not O(max_position) (64 x 4096 ids out of 1e6 in milliseconds).
+    """
+    _check_range(length, max_position)
+    if max_position <= 4 * length:
+        keys = torch.rand(batch, max_position, generator=generator)
+        return keys.argsort(dim=1)[:, :length].sort(dim=1).values
+    ids = torch.randint(0, max_position, (batch, length), generator=generator)
+    while True:
+        ids = ids.sort(dim=1).values
+        dup = torch.zeros_like(ids, dtype=torch.bool)
+        dup[:, 1:] = ids[:, 1:] == ids[:, :-1]
+        if not dup.any():
+            return ids
+        ids[dup] = torch.randint(0, max_position, (int(dup.sum()),), generator=generator)
+
+
+def stretch_positions(batch: int, length: int, max_position: int,
+                      generator: torch.Generator | None = None) -> torch.Tensor:
+    """Uniform stretch ("virtual length"): ids floor(t * V / L) with V ~ U[L, max_position] per row.
+
+    Example: L 4, V 10 -> [0, 2, 5, 7]. Spacing is even within a row; only the row's span is random.
+    """
+    _check_range(length, max_position)
+    virtual = length + torch.rand(batch, 1, generator=generator, dtype=torch.float64) * (max_position - length)
+    return (torch.arange(length, dtype=torch.float64) * virtual / length).floor().long()
+
+
+def pose_positions(batch: int, length: int, max_position: int,
+                   generator: torch.Generator | None = None) -> torch.Tensor:
+    """PoSE (arXiv 2309.10400), two chunks: ids 0..c-1, then c+u .. L-1+u with a random skip u.
+
+    Example: L 6, cut c 2, skip 7 -> [0, 1, 9, 10, 11, 12]. Both chunks stay contiguous, so local order looks
+    exactly as at inference, while the skip exposes relative distances up to max_position - 1.
+    """
+    _check_range(length, max_position)
+    cut = torch.randint(1, max(length, 2), (batch, 1), generator=generator)
+    skip = torch.randint(0, max_position - length + 1, (batch, 1), generator=generator)
+    t = torch.arange(length).expand(batch, length)
+    return torch.where(t < cut, t, t + skip)
+
+
+POSITION_SAMPLERS = {
+    "contiguous": contiguous_positions,
+    "randomized": randomized_positions,
+    "stretch": stretch_positions,
+    "pose": pose_positions,
+}
+
+
+class LengthCurriculum:
+    """The range positions are drawn from, widened during training: curriculum(step) -> max_position.
+
+    Randomized YaRN (arXiv 2606.23687) grows it from the training length to the target, e.g. 8K -> 16K, so
+    the model meets far-away positions only after it has learned the task nearby. "linear" grows evenly,
+    "step" in `stages` equal stairs, "cosine" slowly at both ends. Equals start at step 0, end from `steps` on.
+    """
+
+    SCHEDULES = ("linear", "step", "cosine")
+
+    def __init__(self, start: int, end: int, steps: int, schedule: str = "linear", stages: int = 4):
+        if schedule not in self.SCHEDULES:
+            raise ValueError(f"unknown curriculum schedule '{schedule}'; choose from {', '.join(self.SCHEDULES)}")
+        if not 0 < start <= end:
+            raise ValueError(f"curriculum needs 0 < start <= end, got {start}:{end}")
+        if steps < 1:
+            raise ValueError(f"curriculum needs at least 1 step, got {steps}")
+        self.start, self.end, self.steps, self.schedule, self.stages = start, end, steps, schedule, stages
+
+    def __call__(self, step: int) -> int:
+        t = min(max(step / self.steps, 0.0), 1.0)
+        if self.schedule == "step":
+            t = math.floor(t * self.stages) / self.stages
+        elif self.schedule == "cosine":
+            t = (1 - math.cos(math.pi * t)) / 2
+        return int(round(self.start + (self.end - self.start) * t))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 4. Positional encodings, grouped by where they act
+#
+# Each encoding answers three questions, and acts in exactly one place:
+#   embed(positions)         -> (B|1, T, d_model) added to the token embeddings, or None    (NoPE, learned, sinusoidal)
+#   rotary(positions)        -> (cos, sin) that rotate q and k, or None                     (RoPE, any schedule)
+#   bias(q_pos, k_pos)       -> (B|1, H, Tq, Tk) added to the attention logits, or None     (ALiBi)
+# positions are (T,) or (B, T); the GPT computes each once per forward and shares it across layers.
+# ---------------------------------------------------------------------------------------------------------
+
+
+class PositionalEncoding(nn.Module):
+    """The common interface. `acts_on` names the one place an encoding acts: "input", "qk", "logits" or
+    None (NoPE)."""
+
+    acts_on: str | None = None
+
+    def embed(self, positions: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return None
+
+    def bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+
+class NoPE(PositionalEncoding):
+    """No position signal at all (arXiv 2203.16634). A causal decoder can still count, since its mask breaks
+    the symmetry between tokens: that is why NoPE is a real contender on distance tasks."""
+
+
+class LearnedAbsolute(PositionalEncoding):
+    """A learned table of max_len vectors added to the input (GPT-2). Rows never reached in training get no
+    gradient and stay as initialised (N(0, 0.02)); the trainer keeps them out of weight decay."""
+
+    acts_on = "input"
+
+    def __init__(self, max_len: int, d_model: int):
+        super().__init__()
+        self.table = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.table.weight, std=0.02)
+
+    def embed(self, positions):
+        if int(positions.max()) >= self.table.num_embeddings:
+            raise ValueError(f"position {int(positions.max())} is beyond the learned table of "
+                             f"{self.table.num_embeddings} rows (raise max_len)")
+        return self.table(positions if positions.dim() == 2 else positions[None])
+
+
+class Sinusoidal(PositionalEncoding):
+    """Fixed sinusoids added to the input (arXiv 1706.03762): sin/cos of p * 10000^(-2i/d), d = d_model."""
+
+    acts_on = "input"
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.register_buffer("inv_freq", rope_frequencies(d_model, 10000.0)[0], persistent=False)
+
+    def embed(self, positions):
+        cos, sin = rotary_cos_sin(positions if positions.dim() == 2 else positions[None], self.inv_freq)
+        half = self.inv_freq.numel()
+        return torch.cat((sin[..., :half], cos[..., :half]), dim=-1)
+
+
+class Rotary(PositionalEncoding):
+    """RoPE with any schedule: rotates q and k so that <R_m q, R_n k> = <q, R_(n-m) k> (arXiv 2104.09864).
+
+    The logit then depends on n - m alone: shifting every position by the same amount changes nothing.
+    dynamic_ntk recomputes its frequencies from the largest position in each call.
+    """
+
+    acts_on = "qk"
+
+    def __init__(self, head_dim: int, base: float = 10000.0, scaling: str = "none", factor: float = 1.0,
+                 original_max_len: int | None = None):
+        super().__init__()
+        self.head_dim, self.base, self.scaling = head_dim, base, scaling
+        self.factor, self.original_max_len = factor, original_max_len
+        inv_freq, self.attention_scale = schedule_frequencies(scaling, head_dim, base, factor, original_max_len)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def rotary(self, positions):
+        inv_freq, scale = self.inv_freq, self.attention_scale
+        if self.scaling == "dynamic_ntk":
+            inv_freq, scale = dynamic_ntk_frequencies(self.head_dim, self.base, self.factor,
+                                                      self.original_max_len, int(positions.max()) + 1)
+        return rotary_cos_sin(positions, inv_freq.to(positions.device), scale)
+
+
+def alibi_slopes(n_head: int) -> torch.Tensor:
+    """ALiBi slopes (arXiv 2108.12409): 2^(-8h/H) for h = 1..H when H is a power of two; otherwise the
+    reference rule: the slopes of the largest power of two below H, then every other slope of twice that."""
+    def power_of_two(n):
+        return [2 ** (-8 * h / n) for h in range(1, n + 1)]
+
+    if math.log2(n_head).is_integer():
+        return torch.tensor(power_of_two(n_head))
+    closest = 2 ** math.floor(math.log2(n_head))
+    return torch.tensor(power_of_two(closest) + power_of_two(2 * closest)[0::2][: n_head - closest])
+
+
+class ALiBi(PositionalEncoding):
+    """A linear penalty on the logits: head h adds -m_h * (i - j) for query position i, key position j."""
+
+    acts_on = "logits"
+
+    def __init__(self, n_head: int):
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(n_head), persistent=False)
+
+    def bias(self, q_positions, k_positions):
+        distance = (q_positions[..., :, None] - k_positions[..., None, :]).float()  # (B|, Tq, Tk)
+        if distance.dim() == 2:
+            distance = distance[None]
+        return -self.slopes[None, :, None, None] * distance[:, None]  # (B|1, H, Tq, Tk)
+
+
+ENCODINGS = ("nope", "learned", "sinusoidal", "rope", "alibi")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 5. Attention
+#
+# All three kinds take q, k, v (B, H, T, D) and are causal. Long sequences go in blocks of queries: block b sees
+# the keys up to its last query, so no T x T tensor is ever built at long T (memory ~ block * T).
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _causal_mask(start: int, stop: int, device) -> torch.Tensor:
+    """(stop - start, stop) booleans: query start + i may see key j iff j <= start + i."""
+    return torch.arange(stop, device=device)[None, :] <= torch.arange(start, stop, device=device)[:, None]
+
+
+def softmax_attention(q, k, v, bias_fn=None, positions=None, block_size: int = 1024) -> torch.Tensor:
+    """Causal softmax attention through torch's scaled_dot_product_attention; an ALiBi-style bias_fn(q_pos,
+    k_pos) is added to the logits as a float mask. Returns (B, H, T, D)."""
+    T = q.shape[2]
+    if bias_fn is None and T <= block_size:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)  # fused kernels, no mask tensor
+    out = []
+    for start in range(0, T, block_size):
+        stop = min(start + block_size, T)
+        allowed = _causal_mask(start, stop, q.device)
+        if bias_fn is None:
+            mask = allowed
+        else:
+            mask = bias_fn(positions[..., start:stop], positions[..., :stop]).to(q.dtype)
+            mask = mask.masked_fill(~allowed, float("-inf"))
+        out.append(F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop],
+                                                  attn_mask=mask))
+    return torch.cat(out, dim=2)
+
+
+def attention_with_weights(q, k, v, bias_fn=None, positions=None):
+    """The same softmax attention written out, also returning logits and weights (B, H, T, T) for analysis.
+
+    Quadratic in memory: meant for the short sequences that analysis looks at.
+    """
+    T = q.shape[2]
+    logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, T)
+    if bias_fn is not None:
+        logits = logits + bias_fn(positions, positions)
+    logits = logits.masked_fill(~_causal_mask(0, T, q.device), float("-inf"))
+    weights = logits.softmax(dim=-1)
+    return weights @ v, logits, weights
+
+
+def linear_attention(q, k, v, normalised: bool = False, block_size: int = 1024) -> torch.Tensor:
+    """Causal linear attention: out_i = sum_{j<=i} s_ij v_j, with no softmax.
+
+    Unnormalised, s_ij = q_i . k_j / sqrt(D): the control of arXiv 2607.18759, where a longer input simply adds
+    more terms. Normalised (arXiv 2006.16236), s_ij = phi(q_i) . phi(k_j) with phi = elu + 1 >= 0, and the
+    output is divided by sum_j s_ij.
+    """
+    if normalised:
+        q, k = F.elu(q) + 1, F.elu(k) + 1
+    T, scale = q.shape[2], 1.0 if normalised else 1.0 / math.sqrt(q.shape[-1])
+    out = []
+    for start in range(0, T, block_size):
+        stop = min(start + block_size, T)
+        scores = (q[:, :, start:stop] @ k[:, :, :stop].transpose(-2, -1)) * scale  # (B, H, Tq, stop)
+        scores = scores * _causal_mask(start, stop, q.device)
+        block = scores @ v[:, :, :stop]
+        if normalised:
+            block = block / (scores.sum(dim=-1, keepdim=True) + 1e-6)
+        out.append(block)
+    return torch.cat(out, dim=2)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 6. GPT
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int
+    n_layer: int = 2
+    n_head: int = 2
+    d_model: int = 64
+    mlp: bool = True                       # False: attention-only blocks
+    encoding: str = "rope"                 # one of ENCODINGS
+    rope_base: float = 10000.0
+    scaling: str = "none"                  # a key of SCHEDULES (RoPE only)
+    factor: float = 1.0                    # the scaling factor s
+    original_max_len: int | None = None    # the length L the schedule stretches (YaRN, dynamic NTK)
+    attention: str = "softmax"             # "softmax" | "linear"
+    linear_normalised: bool = False        # linear attention: divide by the sum of (positive) scores
+    max_len: int = 1024                    # rows of a learned table: the longest position ever evaluated
+    dropout: float = 0.0
+    block_size: int = 1024                 # queries per attention block at long T
+
+    def __post_init__(self):
+        choose = {"encoding": ENCODINGS, "scaling": tuple(SCHEDULES), "attention": ("softmax", "linear")}
+        for field, options in choose.items():
+            if getattr(self, field) not in options:
+                raise ValueError(f"unknown {field} '{getattr(self, field)}'; choose from {', '.join(options)}")
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
+        if self.factor < 1:
+            raise ValueError(f"scaling factor must be >= 1, got {self.factor}")
+        if self.scaling != "none" and self.encoding != "rope":
+            raise ValueError(f"scaling '{self.scaling}' rescales rotary frequencies; it needs encoding 'rope'")
+        if self.encoding == "rope" and (self.d_model // self.n_head) % 2:
+            raise ValueError(f"RoPE rotates pairs: head dim {self.d_model // self.n_head} must be even")
+        if self.attention == "linear" and self.encoding == "alibi":
+            raise ValueError("ALiBi is a penalty inside softmax; with linear attention it would add a score "
+                             "that grows with distance instead of damping it")
+        if self.attention == "linear" and self.linear_normalised and self.encoding == "rope":
+            raise ValueError("normalised linear attention needs non-negative scores; rotating phi(q), phi(k) "
+                             "breaks that")
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config, self.n_head = config, config.n_head
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
+        self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x, rope=None, bias_fn=None, positions=None, return_attention=False):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
+        if rope is not None:
+            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        cfg, analysis = self.config, None
+        if cfg.attention == "linear":
+            y = linear_attention(q, k, v, cfg.linear_normalised, cfg.block_size)
+        elif return_attention:
+            y, logits, weights = attention_with_weights(q, k, v, bias_fn, positions)
+            analysis = {"logits": logits, "weights": weights}
+        else:
+            y = softmax_attention(q, k, v, bias_fn, positions, cfg.block_size)
+        y = self.dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
+        return y, analysis
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x)) unless attention-only."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln1, self.attn = nn.LayerNorm(config.d_model), CausalSelfAttention(config)
+        self.mlp = None
+        if config.mlp:
+            self.ln2 = nn.LayerNorm(config.d_model)
+            self.mlp = nn.Sequential(nn.Linear(config.d_model, 4 * config.d_model), nn.GELU(),
+                                     nn.Linear(4 * config.d_model, config.d_model), nn.Dropout(config.dropout))
+
+    def forward(self, x, rope=None, bias_fn=None, positions=None, return_attention=False):
+        y, analysis = self.attn(self.ln1(x), rope, bias_fn, positions, return_attention)
+        x = x + y
+        if self.mlp is not None:
+            x = x + self.mlp(self.ln2(x))
+        return x, analysis
+
+
+def make_encoding(config: GPTConfig) -> PositionalEncoding:
+    if config.encoding == "learned":
+        return LearnedAbsolute(config.max_len, config.d_model)
+    if config.encoding == "sinusoidal":
+        return Sinusoidal(config.d_model)
+    if config.encoding == "rope":
+        return Rotary(config.d_model // config.n_head, config.rope_base, config.scaling, config.factor,
+                      config.original_max_len)
+    if config.encoding == "alibi":
+        return ALiBi(config.n_head)
+    return NoPE()
+
+
+class GPT(nn.Module):
+    """A decoder-only transformer whose position signal comes from `positions`, not from the token index.
+
+    forward(idx (B, T), positions (T,) or (B, T) = 0..T-1) -> logits (B, T, vocab). Randomized training and
+    contiguous inference are the same call with different positions.
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.tok = nn.Embedding(config.vocab_size, config.d_model)
+        self.pos = make_encoding(config)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.d_model)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        for name, p in self.named_parameters():
+            if p.dim() == 2 and not name.startswith("pos."):
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None, return_attention: bool = False):
+        B, T = idx.shape
+        positions = torch.arange(T, device=idx.device) if positions is None else positions.to(idx.device)
+        if positions.shape[-1] != T:
+            raise ValueError(f"positions have length {positions.shape[-1]}, the input has {T} tokens")
+        x = self.tok(idx)  # (B, T, C)
+        added = self.pos.embed(positions)
+        if added is not None:
+            x = x + added.to(x.dtype)
+        x = self.drop(x)
+        rope = self.pos.rotary(positions)  # computed once, shared by every layer
+        bias_fn = self.pos.bias if self.pos.acts_on == "logits" else None
+        layers = []
+        for block in self.blocks:
+            x, analysis = block(x, rope, bias_fn, positions, return_attention)
+            layers.append(analysis)
+        logits = self.head(self.ln_f(x))
+        return (logits, layers) if return_attention else logits
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 7. Hugging Face bridge
+# ---------------------------------------------------------------------------------------------------------
+
+
+def patch_hf_rope(model: nn.Module, inv_freq: torch.Tensor, attention_scale: float) -> int:
+    """Point every rotary module of a Hugging Face Llama-family model (Llama, Qwen2, Mistral, SmolLM...) at a
+    lengen schedule. Returns how many modules were patched.
+
+        inv_freq, scale = lengen.yarn_frequencies(64, 1e5, factor=4, original_max_len=8192)
+        lengen.patch_hf_rope(model, inv_freq, scale)
+        model(input_ids, position_ids=lengen.randomized_positions(1, n, 32768))
+
+    Those modules hold `inv_freq` and `attention_scaling` and compute cos/sin from the position_ids passed to
+    the model's forward, so setting the two is all it takes. rope_type becomes "default" so that no dynamic
+    update overwrites the patch.
+    """
+    patched = 0
+    for module in model.modules():
+        if not isinstance(getattr(module, "inv_freq", None), torch.Tensor):
+            continue
+        if module.inv_freq.shape != inv_freq.shape:
+            raise ValueError(f"{type(module).__name__} has {module.inv_freq.numel()} frequencies, the schedule "
+                             f"{inv_freq.numel()}: build it with the model's head dim")
+        new = inv_freq.to(device=module.inv_freq.device, dtype=torch.float32)
+        module.inv_freq = new.clone()
+        if hasattr(module, "original_inv_freq"):
+            module.original_inv_freq = new.clone()
+        module.attention_scaling = float(attention_scale)
+        module.rope_type = "default"
+        patched += 1
+    if not patched:
+        raise ValueError(f"{type(model).__name__} has no rotary module with an inv_freq buffer to patch")
+    return patched

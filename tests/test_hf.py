@@ -1,0 +1,57 @@
+"""The Hugging Face bridge on a tiny random Llama (skipped when transformers is not installed)."""
+import pytest
+import torch
+
+import lengen as L
+
+transformers = pytest.importorskip("transformers")
+
+
+def tiny_llama(rope_parameters, max_position_embeddings=256):
+    config = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=max_position_embeddings, rope_parameters=rope_parameters)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def test_importing_lengen_does_not_import_transformers():
+    import subprocess
+    import sys
+    code = "import sys, lengen; print('transformers' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_patched_default_model_equals_hf_yarn():
+    base, factor, original = 10000.0, 4.0, 64
+    ours = tiny_llama({"rope_type": "default", "rope_theta": base}, max_position_embeddings=original)
+    theirs = tiny_llama({"rope_type": "yarn", "rope_theta": base, "factor": factor,
+                         "original_max_position_embeddings": original},
+                        max_position_embeddings=int(factor * original))
+    theirs.load_state_dict(ours.state_dict())
+    ids = torch.randint(0, 64, (2, 24), generator=torch.Generator().manual_seed(0))
+    pos = L.randomized_positions(2, 24, int(factor * original), torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        before = ours(ids, position_ids=pos).logits
+        patched = L.patch_hf_rope(ours, *L.yarn_frequencies(16, base, factor, original))
+        mine, reference = ours(ids, position_ids=pos).logits, theirs(ids, position_ids=pos).logits
+    assert patched >= 1
+    assert torch.allclose(mine, reference, atol=1e-5)
+    assert not torch.allclose(before, reference, atol=1e-3)  # the patch is what made them equal
+
+
+def test_patch_with_plain_rope_changes_nothing():
+    model = tiny_llama({"rope_type": "default", "rope_theta": 10000.0})
+    ids = torch.randint(0, 64, (1, 32))
+    with torch.no_grad():
+        before = model(ids).logits
+        L.patch_hf_rope(model, *L.rope_frequencies(16, 10000.0))
+        assert torch.allclose(model(ids, position_ids=torch.arange(32)[None]).logits, before, atol=1e-6)
+
+
+def test_patch_refuses_wrong_size_and_models_without_rope():
+    model = tiny_llama({"rope_type": "default", "rope_theta": 10000.0})
+    with pytest.raises(ValueError, match="head dim"):
+        L.patch_hf_rope(model, *L.rope_frequencies(32, 10000.0))
+    with pytest.raises(ValueError, match="no rotary module"):
+        L.patch_hf_rope(torch.nn.Linear(2, 2), *L.rope_frequencies(16, 10000.0))
