@@ -1,0 +1,258 @@
+"""Tests for tasks.py: labels checked against slow, independent checks written differently from the tasks."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tasks  # noqa: E402
+
+BATCH = 64
+
+# a small length that every task accepts with its default options
+SMALL_LENGTH = {
+    "retrieval": 12, "shift": 12, "copy": 11, "reverse": 11, "duplicate": 11, "associative_recall": 12,
+    "delay_copy": 30, "selective_copy": 30, "mixed_copy": 40,
+}
+
+
+def batch_of(name, length, seed=0, **options):
+    x, y, mask = tasks.make_batch(name, BATCH, length, torch.Generator().manual_seed(seed), **options)
+    return x.tolist(), y.tolist(), mask.tolist()
+
+
+def test_every_task_has_a_small_length():
+    assert set(SMALL_LENGTH) == set(tasks.TASKS)
+
+
+# -----------------------------------------------------------------------------
+# properties every task shares
+
+
+@pytest.mark.parametrize("name", sorted(tasks.TASKS))
+def test_shapes_dtypes_vocab_and_targets(name):
+    for length in (SMALL_LENGTH[name], SMALL_LENGTH[name] + 7):
+        x, y, mask = tasks.make_batch(name, BATCH, length, torch.Generator().manual_seed(1))
+        assert x.shape == y.shape == mask.shape == (BATCH, length)
+        assert x.dtype == y.dtype == torch.long and mask.dtype == torch.bool
+        vocab = tasks.vocab_size(name)
+        assert 0 <= int(x.min()) and int(x.max()) < vocab
+        assert 0 <= int(y.min()) and int(y.max()) < vocab
+        assert (y[~mask] == 0).all()
+        assert mask.any(dim=1).all(), "every row needs at least one target"
+
+
+@pytest.mark.parametrize("name", sorted(tasks.TASKS))
+def test_same_seed_same_batch_other_seed_other_batch(name):
+    length = SMALL_LENGTH[name]
+    a = tasks.make_batch(name, BATCH, length, torch.Generator().manual_seed(7))
+    b = tasks.make_batch(name, BATCH, length, torch.Generator().manual_seed(7))
+    c = tasks.make_batch(name, BATCH, length, torch.Generator().manual_seed(8))
+    assert all(torch.equal(u, v) for u, v in zip(a, b))
+    assert not torch.equal(a[0], c[0])
+
+
+def test_registry_options_and_vocab():
+    assert tasks.task_options("retrieval") == {"symbols": 16, "offset": 3}
+    assert tasks.task_options("copy") == {"symbols": 8}
+    assert tasks.vocab_size("retrieval") == 17 and tasks.vocab_size("retrieval", symbols=10) == 11
+    assert tasks.vocab_size("shift", symbols=10) == 10
+    assert tasks.vocab_size("copy") == 10
+    assert tasks.vocab_size("associative_recall", keys=5, values=7) == 13
+    assert tasks.vocab_size("delay_copy") == tasks.vocab_size("selective_copy") == tasks.vocab_size("mixed_copy") == 18
+    assert all(isinstance(task.doc, str) and task.doc for task in tasks.TASKS.values())
+
+
+def test_unknown_task_and_option_raise():
+    g = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="unknown task 'nope'; choose from"):
+        tasks.make_batch("nope", 2, 10, g)
+    with pytest.raises(ValueError, match="unknown task"):
+        tasks.vocab_size("nope")
+    with pytest.raises(ValueError, match="no option"):
+        tasks.make_batch("copy", 2, 10, g, offset=3)
+
+
+@pytest.mark.parametrize("name, length, options", [
+    ("retrieval", 3, {"offset": 3}),
+    ("shift", 3, {"offset": 3}),
+    ("copy", 1, {}),
+    ("reverse", 1, {}),
+    ("duplicate", 2, {}),
+    ("associative_recall", 2, {}),
+    ("delay_copy", 22, {}),  # one episode at d=14 is 4 + 1 + 14 + 1 + 4 = 24 tokens: needs length >= 23
+    ("delay_copy", 20, {"delays": (3, 12)}),
+    ("selective_copy", 22, {}),
+    ("mixed_copy", 29, {}),  # selective delays go up to 21
+])
+def test_impossible_length_raises(name, length, options):
+    with pytest.raises(ValueError):
+        tasks.make_batch(name, 2, length, torch.Generator().manual_seed(0), **options)
+    tasks.make_batch(name, 2, length + 1, torch.Generator().manual_seed(0), **options)  # one more is enough
+
+
+# -----------------------------------------------------------------------------
+# labels, task by task
+
+
+@pytest.mark.parametrize("length, offset", [(4, 3), (9, 1), (20, 5)])
+def test_retrieval_labels(length, offset):
+    x, y, mask = batch_of("retrieval", length, symbols=6, offset=offset)
+    for xs, ys, ms in zip(x, y, mask):
+        assert xs[-1] == 6 and all(0 <= s < 6 for s in xs[:-1])
+        assert ms == [False] * (length - 1) + [True]
+        assert ys[-1] == xs[::-1][offset]  # read backwards from the query
+
+
+@pytest.mark.parametrize("length, offset", [(4, 3), (12, 2)])
+def test_shift_labels(length, offset):
+    x, y, mask = batch_of("shift", length, offset=offset)
+    for xs, ys, ms in zip(x, y, mask):
+        for t in range(length):
+            assert ms[t] == (t >= offset)
+            assert ys[t] == (xs[t - offset] if t >= offset else 0)
+
+
+@pytest.mark.parametrize("name, length", [(name, length) for name in ("copy", "reverse", "duplicate")
+                                          for length in (2, 3, 4, 9, 16) if length >= 3 or name != "duplicate"])
+def test_copy_reverse_duplicate_labels(name, length):
+    symbols = 5
+    sep, pad = symbols, symbols + 1
+    x, y, mask = batch_of(name, length, symbols=symbols)
+    for xs, ys, ms in zip(x, y, mask):
+        # read the input back: skip the padding, take symbols up to the separator
+        i = 0
+        while xs[i] == pad:
+            i += 1
+        source = []
+        while xs[i] != sep:
+            source.append(xs[i])
+            i += 1
+        if name == "copy":
+            answer = source
+        elif name == "reverse":
+            answer = source[::-1]
+        else:
+            answer = source + source
+        # the answer is predicted from the separator on, and fills the window to its last position
+        assert len(answer) == length - i and len(source) >= 1
+        assert len(source) == length // (3 if name == "duplicate" else 2)
+        assert ms == [False] * i + [True] * len(answer)
+        assert ys == [0] * i + answer
+        assert xs[i + 1:] == answer[:-1]  # teacher forcing: x holds the answer shifted by one
+
+
+@pytest.mark.parametrize("length", [3, 4, 11, 40])
+def test_associative_recall_labels(length):
+    keys, values = 6, 5
+    x, y, mask = batch_of("associative_recall", length, keys=keys, values=values)
+    for xs, ys, ms in zip(x, y, mask):
+        body = [t for t in xs[:-1] if t != keys + values]
+        assert len(body) == 2 * min((length - 1) // 2, keys)
+        table = {}
+        for k, v in zip(body[0::2], body[1::2]):
+            assert 0 <= k < keys and keys <= v < keys + values
+            assert k not in table, "keys must be distinct within a row"
+            table[k] = v
+        assert xs[-1] in table
+        assert ms == [False] * (length - 1) + [True]
+        assert ys[-1] == table[xs[-1]]
+
+
+# delay tasks: parse the window from x alone. Control tokens come in pairs, but the window may begin inside
+# an episode, so the first control seen can open or close one; try both phases. Under a phase, each pair
+# (p, q) must be of one kind with q - p - 1 fillers in that kind's delays, and the reproduction starts at
+# x[q + 1], i.e. it is predicted at y[q]. Sources before the window are unknown: in delay copy their
+# reproductions are not targets; in selective copy it is unknown how many of them were even, so try every count.
+
+
+def expected_targets(xs, m, control_delays, control_selective):
+    """Every {position: token} target map consistent with the window x."""
+    controls = [i for i, token in enumerate(xs) if token in control_delays]
+    answers = []
+    for phase in (0, 1):
+        if phase == 1 and not controls:
+            continue
+        pairs = list(zip(controls[phase::2], controls[phase + 1::2]))
+        if any(xs[p] != xs[q] or q - p - 1 not in control_delays[xs[p]] for p, q in pairs):
+            continue
+        options = [{}]
+        for p, q in pairs:
+            visible = xs[max(p - m, 0):p]
+            hidden = m - len(visible)
+            if control_selective[xs[p]]:
+                seen = [s for s in visible if s % 2 == 0]
+                runs = [(q + h, seen) for h in range(hidden + 1)]  # h hidden sources were even
+            else:
+                runs = [(q + hidden, visible)]
+            options = [{**targets, **{start + j: s for j, s in enumerate(run) if start + j < len(xs)}}
+                       for targets in options for start, run in runs]
+        answers.extend(options)
+    return answers
+
+
+def check_episode_batch(x, y, mask, m, control_delays, control_selective):
+    for xs, ys, ms in zip(x, y, mask):
+        actual = {t: ys[t] for t in range(len(xs)) if ms[t]}
+        assert actual, "every row needs at least one target"
+        assert actual in expected_targets(xs, m, control_delays, control_selective)
+
+
+@pytest.mark.parametrize("length", [23, 24, 31, 64])
+def test_delay_copy_labels(length):
+    x, y, mask = batch_of("delay_copy", length, seed=length)
+    check_episode_batch(x, y, mask, 4, {16: set(range(8, 15))}, {16: False})
+
+
+@pytest.mark.parametrize("length", [23, 24, 31, 64])
+def test_selective_copy_labels(length):
+    x, y, mask = batch_of("selective_copy", length, seed=length)
+    check_episode_batch(x, y, mask, 4, {17: set(range(8, 15))}, {17: True})
+
+
+@pytest.mark.parametrize("length", [30, 50])
+def test_mixed_copy_labels(length):
+    x, y, mask = batch_of("mixed_copy", length, seed=length, symbols=10, m=3, delays=(2, 3), selective_delays=(6, 8))
+    check_episode_batch(x, y, mask, 3, {10: {2, 3}, 11: {6, 8}}, {10: False, 11: True})
+    assert any(10 in xs for xs in x) and any(11 in xs for xs in x)
+
+
+def test_one_fixed_delay_and_every_delay_drawn():
+    # evaluation at one d: every C...C pair inside a window is d fillers apart, and every row has a target
+    x, y, mask = batch_of("delay_copy", 40, delays=(5,))
+    check_episode_batch(x, y, mask, 4, {16: {5}}, {16: False})
+    # training: every delay in the set occurs
+    x, _, _ = batch_of("delay_copy", 64, delays=(0, 4, 9))
+    seen = set()
+    for xs in x:
+        controls = [i for i, token in enumerate(xs) if token == 16]
+        seen.update(q - p - 1 for p, q in zip(controls, controls[1:]))
+    assert {0, 4, 9} <= seen
+
+
+def test_delay_copy_reproduces_at_fixed_distance():
+    # in delay copy every target equals the token m + d + 2 positions earlier in the stream, i.e. x[t - m - d - 1]
+    m, d = 3, 6
+    x, y, mask = batch_of("delay_copy", 30, m=m, delays=(d,))
+    for xs, ys, ms in zip(x, y, mask):
+        for t in range(30):
+            if ms[t]:
+                assert t - m - d - 1 >= 0 and ys[t] == xs[t - m - d - 1]
+
+
+def test_episode_gaps_follow_binomial():
+    # with m=2 and d=1, an episode's two controls are 2 apart and two episodes' controls at least 5 apart,
+    # so pairs are easy to find; the fillers between one episode's reproduction and the next episode's
+    # source are Binomial(9, 6/9): from 0 to 9, mean 6
+    m, d = 2, 1
+    x, _, _ = batch_of("delay_copy", 400, m=m, delays=(d,))
+    gaps = []
+    for xs in x:
+        controls = [i for i, token in enumerate(xs) if token == 16]
+        opens = [p for p, q in zip(controls, controls[1:]) if q - p == d + 1]
+        # an episode opening at a ends at a + d + 1 + m; the next one's source starts m before its open b
+        gaps += [(b - m) - (a + d + 1 + m) - 1 for a, b in zip(opens, opens[1:])]
+    assert min(gaps) >= 0 and max(gaps) <= 9
+    assert abs(sum(gaps) / len(gaps) - 6) < 0.2
