@@ -1,0 +1,479 @@
+"""Train one small GPT on one task, then measure it beyond its training length.
+
+    python train.py --task retrieval --offset 3 --encoding rope --train-len 8:24 --steps 2000
+    python train.py --task copy --encoding rope --scaling yarn --factor 8 --original-len 32 \\
+                    --positions randomized --curriculum 32:256 --init runs/copy-pretrained
+
+A run lives in runs/NAME/: config.json (every setting), checkpoint.pt (written to a temporary file, then
+renamed, so a kill never leaves half a checkpoint), log.jsonl (one line per logged step) and final.json (the
+accuracy table printed at the end). `--resume` continues a run from its checkpoint and ends with the same
+numbers as an uninterrupted run. Ctrl-C finishes the current step, saves a checkpoint and stops.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+import lengen
+import tasks
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one line and exit status 2, never a traceback."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C during training: the checkpoint is saved, the run can be resumed."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
+def int_range(text: str) -> tuple[int, int]:
+    """'24' -> (24, 24); '8:24' -> (8, 24)."""
+    try:
+        lo, _, hi = text.partition(":")
+        lo, hi = int(lo), int(hi or lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or LOW:HIGH, got '{text}'") from None
+    if not 0 < lo <= hi:
+        raise argparse.ArgumentTypeError(f"expected 0 < LOW <= HIGH, got '{text}'")
+    return lo, hi
+
+
+def int_set(text: str) -> tuple[int, ...]:
+    """'15:25' -> 15, 16, ..., 25 (inclusive); '1,4,9' -> 1, 4, 9; the two mix: '0:3,10'."""
+    values = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition(":")
+            values += range(int(lo), int(hi or lo) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a list like 15:25 or 1,4,9, got '{text}'") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected non-negative integers, got '{text}'")
+    return tuple(sorted(set(values)))
+
+
+def curriculum_spec(text: str) -> tuple[int, int, str]:
+    """'32:256' or '32:256:cosine' -> (32, 256, schedule)."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts[:2]):
+        raise argparse.ArgumentTypeError(f"expected START:END[:linear|step|cosine], got '{text}'")
+    schedule = parts[2] if len(parts) == 3 else "linear"
+    if schedule not in lengen.LengthCurriculum.SCHEDULES:
+        raise argparse.ArgumentTypeError(f"unknown curriculum schedule '{schedule}'")
+    return int(parts[0]), int(parts[1]), schedule
+
+
+# Task options the command line knows; each task takes the ones in its signature (tasks.task_options).
+TASK_FLAGS = {"symbols": int, "offset": int, "m": int, "keys": int, "values": int,
+              "delays": int_set, "selective_delays": int_set}
+
+
+def build_parser() -> Parser:
+    p = Parser(description="Train one small GPT on one task (see README).")
+    p.add_argument("--task", default="retrieval", choices=sorted(tasks.TASKS))
+    p.add_argument("--train-len", type=int_range, default=(8, 24), metavar="N|LOW:HIGH",
+                   help="sequence length, or a range drawn from per batch")
+    for flag, kind in TASK_FLAGS.items():
+        p.add_argument("--" + flag.replace("_", "-"), type=kind, default=None, help="task option")
+    model = p.add_argument_group("model")
+    model.add_argument("--encoding", default="rope", choices=lengen.ENCODINGS)
+    model.add_argument("--layers", type=int, default=2)
+    model.add_argument("--heads", type=int, default=2)
+    model.add_argument("--dim", type=int, default=64)
+    model.add_argument("--no-mlp", action="store_true", help="attention-only blocks")
+    model.add_argument("--attention", default="softmax", choices=("softmax", "linear"))
+    model.add_argument("--linear-normalised", action="store_true")
+    model.add_argument("--rope-base", type=float, default=10000.0)
+    model.add_argument("--scaling", default="none", choices=tuple(lengen.SCHEDULES))
+    model.add_argument("--factor", type=float, default=1.0, help="rotary scaling factor s (>= 1)")
+    model.add_argument("--original-len", type=int, default=None,
+                       help="the length L a schedule stretches (default: the longest training length)")
+    model.add_argument("--max-len", type=int, default=None,
+                       help="rows of a learned position table (default: 8x the longest training length)")
+    pos = p.add_argument_group("positions")
+    pos.add_argument("--positions", default="contiguous", choices=tuple(lengen.POSITION_SAMPLERS))
+    pos.add_argument("--max-position", type=int, default=None, help="sample position ids from [0, this)")
+    pos.add_argument("--curriculum", type=curriculum_spec, default=None, metavar="START:END[:SCHEDULE]",
+                     help="widen the position range from START to END over training")
+    opt = p.add_argument_group("optimisation")
+    opt.add_argument("--steps", type=int, default=1000)
+    opt.add_argument("--batch", type=int, default=32)
+    opt.add_argument("--lr", type=float, default=1e-3)
+    opt.add_argument("--wd", type=float, default=0.0, help="AdamW weight decay on 2-D weights")
+    opt.add_argument("--warmup", type=int, default=100)
+    opt.add_argument("--seed", type=int, default=0)
+    run = p.add_argument_group("run")
+    run.add_argument("--out", default=None, help="run directory (default: runs/TASK-ENCODING-...-sSEED)")
+    run.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    run.add_argument("--force", action="store_true", help="overwrite an existing run in --out")
+    run.add_argument("--init", default=None, metavar="RUN", help="start from another run's weights")
+    run.add_argument("--save-every", type=int, default=250)
+    run.add_argument("--device", default="cpu")
+    run.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    run.add_argument("--eval-samples", type=int, default=256, help="sequences per length in the final table")
+    run.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    return p
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Settings: the parsed command line, checked, with every default resolved, is the run's config.json.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def resolve(args: argparse.Namespace) -> dict:
+    cfg = dict(vars(args))
+    lo, hi = args.train_len
+    given = {k: v for k, v in cfg.items() if k in TASK_FLAGS and v is not None}
+    accepted = tasks.task_options(args.task)
+    unknown = sorted(set(given) - set(accepted))
+    if unknown:
+        raise UsageError(f"task '{args.task}' takes no --{unknown[0].replace('_', '-')} "
+                         f"(it takes: {', '.join(accepted) or 'nothing'})")
+    cfg["task_options"] = {**accepted, **given}
+    for k in TASK_FLAGS:
+        cfg.pop(k)
+    cfg["original_len"] = args.original_len or hi
+    cfg["max_len"] = args.max_len or 8 * hi
+    cfg["max_position"] = args.max_position or hi
+    needed = max(hi, cfg["max_position"], args.curriculum[1] if args.curriculum else 0)
+    if args.positions != "contiguous":
+        start = args.curriculum[0] if args.curriculum else cfg["max_position"]
+        if start < hi:
+            raise UsageError(f"--positions {args.positions} draws {hi} distinct ids from [0, {start}): "
+                             f"--max-position / curriculum start must be >= the training length {hi}")
+    elif args.curriculum:
+        raise UsageError("--curriculum widens the range of sampled positions: use it with --positions "
+                         "randomized, stretch or pose")
+    if args.encoding == "learned" and needed > cfg["max_len"]:
+        raise UsageError(f"positions reach {needed} but the learned table has {cfg['max_len']} rows "
+                         "(raise --max-len)")
+    for flag in ("steps", "batch", "save_every"):
+        if cfg[flag] < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
+    cfg["vocab_size"] = tasks.vocab_size(args.task, **cfg["task_options"])
+    tasks.make_batch(args.task, 1, hi, torch.Generator(), **cfg["task_options"])  # the task fits the length
+    model_config(cfg)  # the model is buildable: unknown combinations fail here, before anything is written
+    return cfg
+
+
+def model_config(cfg: dict) -> lengen.GPTConfig:
+    return lengen.GPTConfig(
+        vocab_size=cfg["vocab_size"], n_layer=cfg["layers"], n_head=cfg["heads"], d_model=cfg["dim"],
+        mlp=not cfg["no_mlp"], encoding=cfg["encoding"], rope_base=cfg["rope_base"], scaling=cfg["scaling"],
+        factor=cfg["factor"], original_max_len=cfg["original_len"], attention=cfg["attention"],
+        linear_normalised=cfg["linear_normalised"], max_len=cfg["max_len"])
+
+
+def default_name(cfg: dict) -> str:
+    parts = [cfg["task"], cfg["encoding"]]
+    if cfg["scaling"] != "none":
+        parts.append(f"{cfg['scaling']}{cfg['factor']:g}")
+    if cfg["positions"] != "contiguous":
+        parts.append(cfg["positions"])
+    return "-".join(parts + [f"s{cfg['seed']}"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Model, optimiser, checkpoint
+# ---------------------------------------------------------------------------------------------------------
+
+
+def make_optimizer(model: lengen.GPT, cfg: dict) -> torch.optim.AdamW:
+    """AdamW; weight decay only on 2-D weights, and never on a position table: decay would shrink the rows
+    that training never reaches, and Paper A's pinning is about those rows as initialised."""
+    decay, rest = [], []
+    for name, p in model.named_parameters():
+        (decay if p.dim() == 2 and not name.startswith("pos.") else rest).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg["wd"]}, {"params": rest, "weight_decay": 0.0}],
+                             lr=cfg["lr"], betas=(0.9, 0.98))
+
+
+def learning_rate(step: int, cfg: dict) -> float:
+    """Linear warm-up, then cosine decay to a tenth."""
+    if step < cfg["warmup"]:
+        return cfg["lr"] * (step + 1) / cfg["warmup"]
+    t = (step - cfg["warmup"]) / max(1, cfg["steps"] - cfg["warmup"])
+    return cfg["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
+
+
+def save_atomic(obj, path: str) -> None:
+    tmp = path + ".tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(run_dir: str) -> dict:
+    path = os.path.join(run_dir, "checkpoint.pt")
+    if not os.path.isfile(path):
+        raise UsageError(f"{run_dir}: no checkpoint.pt (is it a run directory?)")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # a truncated or foreign file: any unpickling error means the same to the user
+        raise UsageError(f"{path} is corrupt or not a lengen checkpoint ({type(e).__name__})") from None
+
+
+def load_run(run_dir: str, device: str = "cpu", **overrides) -> tuple[lengen.GPT, dict]:
+    """A trained run's model (eval mode) and its config; `overrides` change model settings, e.g.
+    scaling="yarn", factor=4 for inference-time YaRN on a model trained without it."""
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(path):
+        raise UsageError(f"{run_dir}: not a run directory (no config.json)")
+    try:
+        with open(path) as f:
+            cfg = {**json.load(f), **overrides}
+    except json.JSONDecodeError:
+        raise UsageError(f"{path} is corrupt (not JSON)") from None
+    try:
+        model = lengen.GPT(model_config(cfg))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    try:
+        model.load_state_dict(load_checkpoint(run_dir)["model"])
+    except RuntimeError as e:
+        raise UsageError(f"{run_dir}: checkpoint does not match its config ({str(e).splitlines()[0]})") from None
+    return model.to(device).eval(), cfg
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation: masked accuracy at given lengths (or at given delays, for the delay tasks)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def interval(per_sequence: torch.Tensor) -> tuple[float, float, float]:
+    """Mean accuracy over sequences with a 95 % interval: Wilson's when each sequence is right or wrong,
+    otherwise mean +- 1.96 standard errors (tokens of one sequence are not independent, so sequences are
+    the unit)."""
+    n, mean = per_sequence.numel(), float(per_sequence.mean())
+    if torch.all((per_sequence == 0) | (per_sequence == 1)):
+        z = 1.96
+        centre = (mean + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * math.sqrt(mean * (1 - mean) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        return mean, max(0.0, centre - half), min(1.0, centre + half)
+    half = 1.96 * float(per_sequence.std()) / math.sqrt(n)
+    return mean, max(0.0, mean - half), min(1.0, mean + half)
+
+
+@torch.no_grad()
+def evaluate(model: lengen.GPT, task: str, length: int, options: dict, samples: int = 256, seed: int = 1234,
+             batch: int | None = None, device: str = "cpu") -> dict:
+    """Accuracy on `samples` fresh sequences of `length` tokens, contiguous positions (inference)."""
+    if model.config.encoding == "learned" and length > model.config.max_len:
+        raise UsageError(f"length {length} is beyond the learned position table ({model.config.max_len} rows): "
+                         "retrain with a larger --max-len")
+    generator = torch.Generator().manual_seed(seed)
+    batch = batch or max(1, min(samples, 2 ** 16 // length))  # about 64K tokens per forward
+    scores = []
+    for start in range(0, samples, batch):
+        x, y, mask = tasks.make_batch(task, min(batch, samples - start), length, generator, **options)
+        x, y, mask = x.to(device), y.to(device), mask.to(device)
+        right = (model(x).argmax(-1) == y) & mask
+        scores.append(right.sum(1).float() / mask.sum(1).clamp(min=1))
+    mean, lo, hi = interval(torch.cat(scores).cpu())
+    return {"length": length, "accuracy": mean, "low": lo, "high": hi, "samples": samples}
+
+
+def markdown_table(rows: list[dict], key: str = "length") -> str:
+    lines = [f"| {key} | accuracy | 95% interval |", "|---:|---:|:---|"]
+    lines += [f"| {r[key]} | {r['accuracy']:.3f} | [{r['low']:.3f}, {r['high']:.3f}] |" for r in rows]
+    return "\n".join(lines)
+
+
+def final_table(model: lengen.GPT, cfg: dict) -> tuple[list[dict], str]:
+    """At the end of training: 1x, 2x, 4x, 8x the longest training length, or, for the delay tasks (fixed
+    window), the training delays and unseen ones on either side."""
+    lo, hi = cfg["train_len"]
+    options = cfg["task_options"]
+    if "delays" not in options:
+        rows = [evaluate(model, cfg["task"], hi * f, options, cfg["eval_samples"], device=cfg["device"])
+                for f in (1, 2, 4, 8) if not (cfg["encoding"] == "learned" and hi * f > cfg["max_len"])]
+        return rows, "length"
+    trained = options["delays"]
+    candidates = sorted({0, min(trained) // 2, min(trained), max(trained), max(trained) + 1,
+                         2 * max(trained), 4 * max(trained)})
+    rows = []
+    for d in candidates:
+        try:
+            row = evaluate(model, cfg["task"], hi, {**options, "delays": (d,)}, cfg["eval_samples"],
+                           device=cfg["device"])
+        except ValueError:  # the window cannot hold an episode at this delay
+            continue
+        rows.append({"delay": d, **row})
+    return rows, "delay"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------------------
+
+
+def prepare_run_dir(cfg: dict) -> str:
+    out = cfg["out"] or os.path.join("runs", default_name(cfg))
+    if os.path.exists(os.path.join(out, "config.json")) and not (cfg["resume"] or cfg["force"]):
+        raise UsageError(f"{out} already holds a run: --resume to continue it, --force to overwrite it")
+    if cfg["force"] and os.path.isdir(out):
+        for name in ("checkpoint.pt", "log.jsonl", "final.json"):
+            if os.path.exists(os.path.join(out, name)):
+                os.remove(os.path.join(out, name))
+    try:
+        os.makedirs(out, exist_ok=True)
+        probe = os.path.join(out, ".write-test")
+        open(probe, "w").close()
+        os.remove(probe)
+    except OSError as e:
+        raise UsageError(f"cannot write to {out}: {e.strerror}") from None
+    return out
+
+
+def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
+    """Train from cfg (as resolve() made it). on_step(step, x, positions) sees every batch fed to the model."""
+    if cfg["threads"]:
+        torch.set_num_threads(cfg["threads"])
+    out = prepare_run_dir(cfg)
+    cfg["out"] = out
+    torch.manual_seed(cfg["seed"])  # model init and dropout
+    model = lengen.GPT(model_config(cfg)).to(cfg["device"])
+    if cfg["init"]:
+        source, _ = load_run(cfg["init"])
+        try:
+            model.load_state_dict(source.state_dict())
+        except RuntimeError as e:
+            raise UsageError(f"--init {cfg['init']}: weights do not fit this model ({str(e).splitlines()[0]})") \
+                from None
+    optimizer = make_optimizer(model, cfg)
+    data = torch.Generator().manual_seed(cfg["seed"] + 1)   # lengths and batches
+    where = torch.Generator().manual_seed(cfg["seed"] + 2)  # position ids
+    step = 0
+    if cfg["resume"] and os.path.exists(os.path.join(out, "checkpoint.pt")):
+        ckpt = load_checkpoint(out)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        data.set_state(ckpt["data_rng"])
+        where.set_state(ckpt["position_rng"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        step = ckpt["step"]
+    else:
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=1)
+        open(os.path.join(out, "log.jsonl"), "w").close()
+
+    def checkpoint():
+        save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                     "data_rng": data.get_state(), "position_rng": where.get_state(),
+                     "torch_rng": torch.get_rng_state()}, os.path.join(out, "checkpoint.pt"))
+
+    sampler = lengen.POSITION_SAMPLERS[cfg["positions"]]
+    curriculum = lengen.LengthCurriculum(*cfg["curriculum"][:2], cfg["steps"], cfg["curriculum"][2]) \
+        if cfg["curriculum"] else None
+    lo, hi = cfg["train_len"]
+    log = open(os.path.join(out, "log.jsonl"), "a", buffering=1)  # line-buffered: `tail -f` works
+    bar = tqdm(total=cfg["steps"], initial=step, disable=cfg["quiet"], desc=os.path.basename(out))
+    # Ctrl-C only raises a flag: the step in flight completes, so the checkpoint is exactly a step boundary
+    # and --resume continues bit for bit.
+    stop = []
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.append(True)) if main_thread else None
+    model.train()
+    tick, tokens = time.perf_counter(), 0
+    try:
+        while step < cfg["steps"]:
+            length = int(torch.randint(lo, hi + 1, (1,), generator=data))
+            x, y, mask = tasks.make_batch(cfg["task"], cfg["batch"], length, data, **cfg["task_options"])
+            positions = None
+            if cfg["positions"] != "contiguous":
+                top = curriculum(step) if curriculum else cfg["max_position"]
+                positions = sampler(cfg["batch"], length, top, where)
+            if on_step:
+                on_step(step, x, positions)
+            x, y, mask = x.to(cfg["device"]), y.to(cfg["device"]), mask.to(cfg["device"])
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, cfg)
+            logits = model(x, positions)
+            loss = F.cross_entropy(logits[mask], y[mask])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            step += 1
+            tokens += x.numel()
+            if step % 10 == 0 or step == cfg["steps"]:
+                acc = float((logits[mask].argmax(-1) == y[mask]).float().mean())
+                rate = tokens / (time.perf_counter() - tick)
+                log.write(json.dumps({"step": step, "loss": round(loss.item(), 5), "acc": round(acc, 4),
+                                      "lr": learning_rate(step - 1, cfg), "tokens_per_s": round(rate)}) + "\n")
+                bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.2f}", tok_s=f"{rate:,.0f}")
+            bar.update(1)
+            if step % cfg["save_every"] == 0 or step == cfg["steps"] or stop:
+                checkpoint()
+            if stop:
+                raise Interrupted(f"interrupted at step {step}; checkpoint saved: continue with "
+                                  f"python train.py --resume --out {out}")
+    finally:
+        bar.close()
+        log.close()
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
+    model.eval()
+    return model, cfg
+
+
+def run(argv: list[str] | None = None, on_step=None) -> dict:
+    """The whole command: parse, train, print the final table; returns {"run": dir, "rows": [...]}."""
+    args = build_parser().parse_args(argv)
+    if args.resume:
+        if not args.out:
+            raise UsageError("--resume needs --out RUN_DIR")
+        saved = os.path.join(args.out, "config.json")
+        if not os.path.isfile(saved):
+            raise UsageError(f"{args.out}: nothing to resume (no config.json)")
+        with open(saved) as f:
+            cfg = {**json.load(f), "resume": True, "quiet": args.quiet}
+        cfg["train_len"], cfg["curriculum"] = tuple(cfg["train_len"]), cfg["curriculum"] and tuple(cfg["curriculum"])
+    else:
+        try:
+            cfg = resolve(args)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    model, cfg = train(cfg, on_step)
+    rows, key = final_table(model, cfg)
+    with open(os.path.join(cfg["out"], "final.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    if not cfg["quiet"]:
+        print(f"\n{cfg['out']}: trained on {key}s " +
+              (f"{cfg['train_len'][0]}..{cfg['train_len'][1]}" if key == "length"
+               else ",".join(map(str, cfg["task_options"]["delays"]))))
+        print(markdown_table(rows, key))
+    return {"run": cfg["out"], "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        run(argv)
+    except UsageError as e:
+        print(f"train.py: error: {e}", file=sys.stderr)
+        return 2
+    except Interrupted as e:
+        print(f"train.py: {e}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # outside the training loop: nothing is left half-written
+        print("train.py: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
