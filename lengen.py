@@ -5,7 +5,7 @@ Read top to bottom:
   2. applying rotations (cos/sin in float64, the half-split layout of Hugging Face Llama models)
   3. position ids (contiguous, randomized, uniform stretch, PoSE) and a length curriculum
   4. positional encodings, grouped by where they act: the input, q/k rotation, the attention logits
-  5. attention: softmax (SDPA, in query blocks), an analysis path with the weights, linear attention
+  5. attention: softmax (fused SDPA; biased logits in query blocks), an analysis path, linear attention
   6. a small GPT that takes any encoding and any position ids
   7. a Hugging Face bridge: put any of these schedules into a Llama-family model
 
@@ -330,13 +330,21 @@ class Rotary(PositionalEncoding):
         self.factor, self.original_max_len = factor, original_max_len
         inv_freq, self.attention_scale = schedule_frequencies(scaling, head_dim, base, factor, original_max_len)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self._cache = None  # (positions, (cos, sin)) of the last call
 
     def rotary(self, positions):
+        # cos/sin depend only on the position set: reuse them while it repeats (contiguous training, evaluation)
+        cached = self._cache
+        if cached is not None and cached[0].shape == positions.shape and cached[0].device == positions.device \
+                and torch.equal(cached[0], positions):
+            return cached[1]
         inv_freq, scale = self.inv_freq, self.attention_scale
         if self.scaling == "dynamic_ntk":
             inv_freq, scale = dynamic_ntk_frequencies(self.head_dim, self.base, self.factor,
                                                       self.original_max_len, int(positions.max()) + 1)
-        return rotary_cos_sin(positions, inv_freq.to(positions.device), scale)
+        cos_sin = rotary_cos_sin(positions, inv_freq.to(positions.device), scale)
+        self._cache = (positions.clone(), cos_sin)
+        return cos_sin
 
 
 def alibi_slopes(n_head: int) -> torch.Tensor:
@@ -373,8 +381,10 @@ ENCODINGS = ("nope", "learned", "sinusoidal", "rope", "alibi")
 # ---------------------------------------------------------------------------------------------------------
 # 5. Attention
 #
-# All three kinds take q, k, v (B, H, T, D) and are causal. Long sequences go in blocks of queries: block b sees
-# the keys up to its last query, so no T x T tensor is ever built at long T (memory ~ block * T).
+# All three kinds take q, k, v (B, H, T, D) and are causal. Without a bias, softmax attention is one call of
+# torch's fused causal kernel, which never builds the T x T logits. A logit bias (ALiBi) or linear attention
+# needs the scores explicitly, so long sequences go in blocks of queries, each seeing the keys up to its last
+# query; the block shrinks as T grows, so a block's scores stay near 4M numbers and memory grows ~linearly.
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -383,21 +393,22 @@ def _causal_mask(start: int, stop: int, device) -> torch.Tensor:
     return torch.arange(stop, device=device)[None, :] <= torch.arange(start, stop, device=device)[:, None]
 
 
+def query_blocks(q: torch.Tensor, block_size: int):
+    """(start, stop) of each block of queries: at most block_size, and at most ~2^22 scores per block."""
+    B, H, T, _ = q.shape
+    block = min(block_size, max(16, 2 ** 22 // (B * H * T)))
+    return [(start, min(start + block, T)) for start in range(0, T, block)]
+
+
 def softmax_attention(q, k, v, bias_fn=None, positions=None, block_size: int = 1024) -> torch.Tensor:
     """Causal softmax attention through torch's scaled_dot_product_attention; an ALiBi-style bias_fn(q_pos,
-    k_pos) is added to the logits as a float mask. Returns (B, H, T, D)."""
-    T = q.shape[2]
-    if bias_fn is None and T <= block_size:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)  # fused kernels, no mask tensor
+    k_pos) is added to the logits as a float mask, block by block. Returns (B, H, T, D)."""
+    if bias_fn is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     out = []
-    for start in range(0, T, block_size):
-        stop = min(start + block_size, T)
-        allowed = _causal_mask(start, stop, q.device)
-        if bias_fn is None:
-            mask = allowed
-        else:
-            mask = bias_fn(positions[..., start:stop], positions[..., :stop]).to(q.dtype)
-            mask = mask.masked_fill(~allowed, float("-inf"))
+    for start, stop in query_blocks(q, block_size):
+        mask = bias_fn(positions[..., start:stop], positions[..., :stop]).to(q.dtype)
+        mask = mask.masked_fill(~_causal_mask(start, stop, q.device), float("-inf"))
         out.append(F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop],
                                                   attn_mask=mask))
     return torch.cat(out, dim=2)
@@ -426,10 +437,9 @@ def linear_attention(q, k, v, normalised: bool = False, block_size: int = 1024) 
     """
     if normalised:
         q, k = F.elu(q) + 1, F.elu(k) + 1
-    T, scale = q.shape[2], 1.0 if normalised else 1.0 / math.sqrt(q.shape[-1])
+    scale = 1.0 if normalised else 1.0 / math.sqrt(q.shape[-1])
     out = []
-    for start in range(0, T, block_size):
-        stop = min(start + block_size, T)
+    for start, stop in query_blocks(q, block_size):
         scores = (q[:, :, start:stop] @ k[:, :, :stop].transpose(-2, -1)) * scale  # (B, H, Tq, stop)
         scores = scores * _causal_mask(start, stop, q.device)
         block = scores @ v[:, :, :stop]
@@ -460,7 +470,7 @@ class GPTConfig:
     linear_normalised: bool = False        # linear attention: divide by the sum of (positive) scores
     max_len: int = 1024                    # rows of a learned table: the longest position ever evaluated
     dropout: float = 0.0
-    block_size: int = 1024                 # queries per attention block at long T
+    block_size: int = 1024                 # at most this many queries per attention block
 
     def __post_init__(self):
         choose = {"encoding": ENCODINGS, "scaling": tuple(SCHEDULES), "attention": ("softmax", "linear")}

