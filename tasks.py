@@ -765,10 +765,12 @@ def _words(text):
 
 def answer_matches(generated, answer):
     """
-    Exact match after normalising both strings (lowercase, punctuation dropped, whitespace collapsed): True
-    when the answer's words are the first words of the generation, or all of it. So for the answer "kitchen",
-    "Kitchen." and "kitchen, because Mary went there last" match; "The kitchen", "kitchens" and "" do not.
-    For mrcr the whole reply must come first, word for word. An empty answer never matches.
+    Match after normalising both strings (lowercase, punctuation dropped, whitespace collapsed): True when
+    the answer's words occur in the generation as a run of whole words, as BABILong and passkey scoring do.
+    So for the answer "kitchen", "Kitchen.", "The kitchen." and "kitchen, because Mary went there last"
+    match; "kitchens", "The answer is Mary." and "" do not. For mrcr the whole reply must appear, word for
+    word. An empty answer never matches.
     """
-    expected = _words(answer)
-    return bool(expected) and _words(generated)[:len(expected)] == expected
+    expected, said = _words(answer), _words(generated)
+    return bool(expected) and any(said[i:i + len(expected)] == expected
+                                  for i in range(len(said) - len(expected) + 1))

@@ -84,11 +84,20 @@ TASK_FLAGS = {"symbols": int, "offset": int, "m": int, "keys": int, "values": in
               "delays": int_set, "selective_delays": int_set}
 
 
+# Paper R's methods on an LLM: (YaRN schedule, randomized positions). Evaluation uses contiguous positions.
+LLM_METHODS = {"ft": (False, False), "yarn": (True, False), "rpe": (False, True), "ryarn": (True, True)}
+
+# Defaults that differ between a small GPT trained from scratch and an LLM being fine-tuned.
+DEFAULTS = {"small": {"train_len": (8, 24), "steps": 1000, "lr": 1e-3, "warmup": 100},
+            "llm": {"train_len": (512, 512), "steps": 40, "lr": 2e-5, "warmup": 4}}
+
+
 def build_parser() -> Parser:
-    p = Parser(description="Train one small GPT on one task (see README).")
-    p.add_argument("--task", default="retrieval", choices=sorted(tasks.TASKS))
-    p.add_argument("--train-len", type=int_range, default=(8, 24), metavar="N|LOW:HIGH",
-                   help="sequence length, or a range drawn from per batch")
+    p = Parser(description="Train one small GPT on one task, or fine-tune an LLM with --llm (see README).")
+    p.add_argument("--task", default=None, choices=sorted(tasks.TASKS) + sorted(tasks.TEXT_TASKS),
+                   help="default: retrieval (small GPT), babilong (--llm)")
+    p.add_argument("--train-len", type=int_range, default=None, metavar="N|LOW:HIGH",
+                   help="sequence length, or a range drawn from per batch (default 8:24; --llm: 512)")
     for flag, kind in TASK_FLAGS.items():
         p.add_argument("--" + flag.replace("_", "-"), type=kind, default=None, help="task option")
     model = p.add_argument_group("model")
@@ -112,11 +121,11 @@ def build_parser() -> Parser:
     pos.add_argument("--curriculum", type=curriculum_spec, default=None, metavar="START:END[:SCHEDULE]",
                      help="widen the position range from START to END over training")
     opt = p.add_argument_group("optimisation")
-    opt.add_argument("--steps", type=int, default=1000)
+    opt.add_argument("--steps", type=int, default=None, help="default 1000 (--llm: 40)")
     opt.add_argument("--batch", type=int, default=32)
-    opt.add_argument("--lr", type=float, default=1e-3)
+    opt.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-3; --llm: 2e-5)")
     opt.add_argument("--wd", type=float, default=0.0, help="AdamW weight decay on 2-D weights")
-    opt.add_argument("--warmup", type=int, default=100)
+    opt.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 100; --llm: 4)")
     opt.add_argument("--seed", type=int, default=0)
     run = p.add_argument_group("run")
     run.add_argument("--out", default=None, help="run directory (default: runs/TASK-ENCODING-...-sSEED)")
@@ -130,6 +139,13 @@ def build_parser() -> Parser:
                      help="torch.compile the training forward (see results/bench.md for whether it pays)")
     run.add_argument("--eval-samples", type=int, default=256, help="sequences per length in the final table")
     run.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    llm = p.add_argument_group("LLM (Paper R on a Hugging Face causal LM)")
+    llm.add_argument("--llm", default=None, metavar="smollm2|DIR|FILE.gguf|HUB_ID",
+                     help="fine-tune this model instead of a small GPT")
+    llm.add_argument("--method", default="ryarn", choices=tuple(LLM_METHODS))
+    llm.add_argument("--no-curriculum", action="store_true", help="ryarn/rpe: sample from the full range at once")
+    llm.add_argument("--lora", type=int, default=None, metavar="R", help="LoRA rank (needs peft)")
+    llm.add_argument("--facts", type=int, default=None, help="babilong: 1, 2 or 3 supporting facts")
     return p
 
 
@@ -139,6 +155,9 @@ def build_parser() -> Parser:
 
 
 def resolve(args: argparse.Namespace) -> dict:
+    args.task = args.task or "retrieval"
+    if args.task in tasks.TEXT_TASKS:
+        raise UsageError(f"'{args.task}' is a text task for an LLM: add --llm smollm2 (or another model)")
     cfg = dict(vars(args))
     lo, hi = args.train_len
     given = {k: v for k, v in cfg.items() if k in TASK_FLAGS and v is not None}
@@ -468,12 +487,166 @@ def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot load '{name}': {str(e).splitlines()[0]}") from None
+    if gguf:  # the GGUF weights were de-quantized to `dtype` on load: from here on it is a plain model
+        model.hf_quantizer = None
+        model.config.__dict__.pop("quantization_config", None)
     return model.to(device).eval(), tokenizer
+
+
+def rope_geometry(model) -> tuple[int, float, int]:
+    """(head dim, rope base, original context L) of a Llama-family config (transformers v5 or v4)."""
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    params = getattr(c, "rope_parameters", None) or {}
+    base = params.get("rope_theta", getattr(c, "rope_theta", 10000.0))
+    original = params.get("original_max_position_embeddings") or c.max_position_embeddings
+    return head_dim, float(base), int(original)
+
+
+def rotary_modules(model) -> int:
+    return sum(isinstance(getattr(m, "inv_freq", None), torch.Tensor) for m in model.modules())
+
+
+def apply_llm_rope(model, scaling: str, factor: float) -> None:
+    """Put the run's schedule into the model: lengen's YaRN through patch_hf_rope, and the same settings in
+    its config, so that save_pretrained writes a model Hugging Face itself reloads as YaRN."""
+    if scaling == "none":
+        return
+    head_dim, base, original = rope_geometry(model)
+    lengen.patch_hf_rope(model, *lengen.yarn_frequencies(head_dim, base, factor, original))
+    settings = {"rope_type": "yarn", "rope_theta": base, "factor": factor,
+                "original_max_position_embeddings": original}
+    if hasattr(model.config, "rope_parameters"):
+        model.config.rope_parameters = settings
+    else:
+        model.config.rope_scaling = settings
+    model.config.max_position_embeddings = int(factor * original)
+
+
+def chat_ids(tokenizer, prompt: str, answer: str | None = None) -> tuple[torch.Tensor, int]:
+    """Token ids (1, T) of the prompt as a user turn, plus the answer and end-of-turn when given; and the
+    number of prompt tokens. Models without a chat template get 'PROMPT\nAnswer: '."""
+    if tokenizer.chat_template:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+    else:
+        text = prompt + "\nAnswer: "
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    n_prompt = len(ids)
+    if answer is not None:
+        ids += tokenizer(answer, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+    return torch.tensor([ids]), n_prompt
+
+
+def text_sample(tokenizer, task: str, length: int, seed: int, options: dict) -> tuple[str, str]:
+    """A (prompt, answer) whose chat-formatted prompt fits in `length` tokens (32 kept for the template)."""
+    return tasks.make_text_sample(task, length - 32, seed, lambda t: len(tokenizer(t).input_ids), **options)
+
+
+def resolve_llm(args: argparse.Namespace) -> dict:
+    cfg = dict(vars(args))
+    cfg["task"] = args.task or "babilong"
+    if cfg["task"] not in tasks.TEXT_TASKS:
+        raise UsageError(f"--llm trains on a text task ({', '.join(tasks.TEXT_TASKS)}), not '{cfg['task']}'")
+    options = {"facts": args.facts} if args.facts is not None else {}
+    tasks.make_text_sample(cfg["task"], 10 ** 6, 0, len, **options)  # unknown options fail here
+    cfg["task_options"] = options
+    if args.train_len[0] != args.train_len[1]:
+        raise UsageError("--llm takes one --train-len N (tokens per training sample)")
+    if args.factor < 1:
+        raise UsageError(f"scaling factor must be >= 1, got {args.factor}")
+    if args.lora is not None and importlib.util.find_spec("peft") is None:
+        raise UsageError("--lora needs peft: pip install peft")
+    cfg["out"] = args.out or os.path.join("runs", f"llm-{cfg['method']}-s{args.seed}")
+    return cfg
+
+
+def train_llm(cfg: dict, on_step=None):
+    """Fine-tune a Hugging Face causal LM on short text-task samples with one of Paper R's methods; the loss
+    is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in cfg['out']."""
+    if cfg["threads"]:
+        torch.set_num_threads(cfg["threads"])
+    out = prepare_run_dir(cfg)
+    model, tokenizer = load_llm(cfg["llm"], cfg["device"])
+    if not rotary_modules(model):
+        raise UsageError(f"{type(model).__name__} has no rotary embedding with inv_freq: lengen cannot patch it")
+    head_dim, base, original = rope_geometry(model)
+    n = cfg["train_len"][1]
+    if n > original:
+        raise UsageError(f"--train-len {n} is beyond the model's context of {original} tokens")
+    yarn, randomized = LLM_METHODS[cfg["method"]]
+    cfg.update(scaling="yarn" if yarn else "none", original_len=original)
+    apply_llm_rope(model, cfg["scaling"], cfg["factor"])
+    # Randomized positions come from [0, M): M grows from the sample length to factor x L (Paper R's
+    # curriculum), or is factor x L from the start with --no-curriculum. Without --factor > 1, M = L.
+    top = int(cfg["factor"] * original)
+    curriculum = None if cfg["no_curriculum"] else lengen.LengthCurriculum(n, max(n, top), cfg["steps"])
+    cuda = cfg["device"].startswith("cuda")
+    if cuda:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if cfg["lora"]:
+        import peft
+        model = peft.get_peft_model(model, peft.LoraConfig(r=cfg["lora"], lora_alpha=2 * cfg["lora"],
+                                                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["wd"])
+    torch.manual_seed(cfg["seed"])
+    where = torch.Generator().manual_seed(cfg["seed"] + 2)
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    log = open(os.path.join(out, "log.jsonl"), "w", buffering=1)
+    bar = tqdm(range(cfg["steps"]), disable=cfg["quiet"], desc=os.path.basename(out))
+    model.train()
+    tick, tokens = time.perf_counter(), 0
+    for step in bar:
+        prompt, answer = text_sample(tokenizer, cfg["task"], n, cfg["seed"] * 1_000_003 + step,
+                                     cfg["task_options"])
+        ids, n_prompt = chat_ids(tokenizer, prompt, answer)
+        T = ids.shape[1]
+        positions = torch.arange(T)[None]
+        if randomized:
+            positions = lengen.randomized_positions(1, T, max(T, curriculum(step) if curriculum else top), where)
+        if on_step:
+            on_step(step, ids, positions)
+        ids, positions = ids.to(cfg["device"]), positions.to(cfg["device"])
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, cfg)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+            hidden = decoder(input_ids=ids, position_ids=positions).last_hidden_state
+            logits = head(hidden[:, n_prompt - 1:-1]).float()  # only the positions that predict the answer
+        loss = F.cross_entropy(logits[0], ids[0, n_prompt:])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        tokens += T
+        rate = tokens / (time.perf_counter() - tick)
+        log.write(json.dumps({"step": step + 1, "loss": round(loss.item(), 5), "tokens": T,
+                              "max_position": int(positions.max()), "tokens_per_s": round(rate)}) + "\n")
+        bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{rate:,.0f}")
+    log.close()
+    if cfg["lora"]:
+        model = model.merge_and_unload()
+    model.save_pretrained(os.path.join(out, "model"))
+    tokenizer.save_pretrained(os.path.join(out, "model"))
+    return model.eval(), tokenizer, cfg
 
 
 def run(argv: list[str] | None = None, on_step=None) -> dict:
     """The whole command: parse, train, print the final table; returns {"run": dir, "rows": [...]}."""
     args = build_parser().parse_args(argv)
+    for key, value in DEFAULTS["llm" if args.llm else "small"].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.llm:
+        if args.resume:
+            raise UsageError("--resume is for small-GPT runs; an LLM run is short: start it again with --force")
+        model, tokenizer, cfg = train_llm(resolve_llm(args), on_step)
+        if not cfg["quiet"]:
+            print(f"saved {cfg['out']}/model ({cfg['method']}); measure it with: python eval.py {cfg['out']}")
+        return {"run": cfg["out"], "rows": []}
     if args.resume:
         if not args.out:
             raise UsageError("--resume needs --out RUN_DIR")
