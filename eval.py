@@ -214,7 +214,7 @@ def llm_eval_command(args) -> None:
 LLM_PLANS = {
     "quick": dict(methods=["base", "ryarn"], train_len=192, steps=2, lengths=[256, 512], samples=1),
     "default": dict(methods=["base", "base+yarn", "ft", "yarn", "ryarn"], train_len=512, steps=30,
-                    lengths=[2048, 12288], samples=5),
+                    lengths=[2048, 12288], samples=4),
     "full": dict(methods=["base", "base+yarn", "ft", "yarn", "rpe", "ryarn", "ryarn-flat"], train_len=4096,
                  steps=400, lengths=[4096, 8192, 16384, 32768, 65536], samples=50),
 }
