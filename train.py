@@ -188,7 +188,8 @@ def resolve(args: argparse.Namespace) -> dict:
         if cfg[flag] < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
     cfg["vocab_size"] = tasks.vocab_size(args.task, **cfg["task_options"])
-    tasks.make_batch(args.task, 1, hi, torch.Generator(), **cfg["task_options"])  # the task fits the length
+    for n in (lo, hi):  # the task fits every training length
+        tasks.make_batch(args.task, 1, n, torch.Generator(), **cfg["task_options"])
     model_config(cfg)  # the model is buildable: unknown combinations fail here, before anything is written
     return cfg
 

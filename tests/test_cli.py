@@ -98,6 +98,7 @@ BAD_TRAIN = [
     (["--encoding", "learned", "--max-len", "16", "--train-len", "24"], "learned table"),
     (["--curriculum", "32:abc"], "START:END"),
     (["--task", "shift", "--delays", "3:5"], "takes no --delays"),
+    (["--offset", "5", "--train-len", "5:24"], "offset < length"),
     (["--init", "/nonexistent/run"], "not a run directory"),
 ]
 
