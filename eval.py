@@ -473,7 +473,7 @@ def verdict(full: bool, some: bool) -> str:
 
 
 def retrieval_claims(data: dict) -> list[dict]:
-    """Each claim of Paper A's abstract (and the issue's claim 8): prediction, measurement, threshold, verdict.
+    """Each claim of Paper A's abstract (and lengen's claim 8): prediction, measurement, threshold, verdict.
     Spreads are mean [min, max] over every seed and offset."""
     hi, runs = data["train_max"], data["runs"]
     two, four, ten = 2 * hi, 4 * hi, 10 * hi
@@ -684,7 +684,7 @@ def retrieval_figure(data: dict, lengths: list[int]):
 def retrieval_markdown(data: dict, claims: list[dict]) -> str:
     lines = ["# Paper A: why RoPE extrapolates and learned absolute positions do not", "",
              "Paper A: \"Relative Positions Generalize, Absolute Positions Memorize\" (arXiv 2607.18759); claim 8 "
-             "comes from lengen issue 4. Every number below was printed by the command.", "",
+             "is lengen's own question: which training recipe makes the head extrapolate cleanly. Every number below was printed by the command.", "",
              f"Command: `{data['command']}` ({data['scale']} scale), runtime {data['runtime_s']:.0f} s with "
              f"{data['threads']} torch thread(s).", "",
              f"Setup: retrieval over {data['symbols']} symbols (chance {1 / data['symbols']:.3f}), offsets k = "
@@ -707,7 +707,7 @@ def retrieval_markdown(data: dict, claims: list[dict]) -> str:
 
 
 def retrieval_experiment(args) -> None:
-    """Paper A, claims 1-7 of its abstract plus issue 4's regularization sweep (claim 8)."""
+    """Paper A, claims 1-7 of its abstract plus lengen's regularization sweep (claim 8)."""
     scale = "quick" if args.quick else "full" if args.full else "default"
     plan, hi = RETRIEVAL_SCALES[scale], RETRIEVAL_TRAIN_MAX
     lengths = [hi, 2 * hi, 4 * hi, 6 * hi, 8 * hi, 10 * hi]
