@@ -279,8 +279,9 @@ def ryarn_experiment(args) -> None:
                           for n, a in zip(lengths, zip(*accuracy[task][m]))] for m in methods}
             plot_curves(ax, curves, "length", (L // 2, L))
             for line in ax.get_lines():
-                if line.get_label().startswith("zero-shot"):
-                    line.set_linestyle("--")  # no fine-tuning: dashed, so it shows where it overlaps another
+                if line.get_label().startswith("zero-shot"):  # no fine-tuning: dashed and on top, so it
+                    line.set_linestyle("--")                    # stays visible where it overlaps another
+                    line.set_zorder(3)
                 if line.get_label() == "ryarn":
                     line.set_linewidth(2.5)
             ax.axhline(1 / tasks.task_options(task)["symbols"], color="black", ls=":", lw=1, label="chance")
