@@ -79,7 +79,7 @@ def yarn_frequencies(dim: int, base: float, factor: float, original_max_len: int
         high += 0.001  # a zero-width ramp would divide by zero
     ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
     keep = 1 - ramp  # w_i: the weight of the original (extrapolated) frequency
-    theta = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+    theta, _ = rope_frequencies(dim, base)
     inv_freq = theta / factor * (1 - keep) + theta * keep
     scale = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
     return inv_freq, scale
@@ -105,8 +105,12 @@ def schedule_frequencies(name: str, dim: int, base: float, factor: float = 1.0,
         raise ValueError(f"unknown rope scaling '{name}'; choose from {', '.join(SCHEDULES)}")
     if factor < 1:
         raise ValueError(f"scaling factor must be >= 1 (it stretches the context), got {factor}")
-    if name in ("dynamic_ntk", "yarn") and not original_max_len:
-        raise ValueError(f"'{name}' needs original_max_len, the length the model was trained at")
+    if base <= 1:
+        raise ValueError(f"rope base must be > 1 (frequencies are base^(-2i/dim)), got {base}")
+    if name in ("ntk", "dynamic_ntk") and dim <= 2:
+        raise ValueError(f"'{name}' rescales the base by s^(dim/(dim-2)): it needs a rotary dim > 2, got {dim}")
+    if name in ("dynamic_ntk", "yarn") and not (original_max_len and original_max_len > 0):
+        raise ValueError(f"'{name}' needs original_max_len > 0, the length the model was trained at")
     return SCHEDULES[name](dim=dim, base=base, factor=factor, original_max_len=original_max_len, length=length)
 
 
@@ -161,7 +165,7 @@ def _check_range(length: int, max_position: int) -> None:
 
 def contiguous_positions(batch: int, length: int, max_position: int | None = None,
                          generator: torch.Generator | None = None) -> torch.Tensor:
-    """0, 1, ..., length - 1 for every row: what a model sees at inference."""
+    """0, 1, ..., length - 1 for every row: what a model sees at inference (max_position is not needed)."""
     return torch.arange(length).expand(batch, length)
 
 
@@ -169,7 +173,7 @@ def randomized_positions(batch: int, length: int, max_position: int,
                          generator: torch.Generator | None = None) -> torch.Tensor:
     """Randomized positions (arXiv 2305.16843): each row a uniform random sorted subset of [0, max_position).
 
-    Example: batch 1, length 4, max_position 16 -> tensor([[2, 5, 6, 13]]).
+    For example, batch 1, length 4, max_position 16 may give tensor([[2, 5, 6, 13]]).
     Two exact methods. With max_position <= 4 * length, rank random keys over the whole range. Otherwise draw
     integers and redraw duplicates until none remain: the procedure treats every id alike, so every subset is
     equally likely, and it costs O(length), not O(max_position) (64 x 4096 ids out of 1e6 in milliseconds).
@@ -226,7 +230,8 @@ class LengthCurriculum:
 
     Randomized YaRN (arXiv 2606.23687) grows it from the training length to the target, e.g. 8K -> 16K, so
     the model meets far-away positions only after it has learned the task nearby. "linear" grows evenly,
-    "step" in `stages` equal stairs, "cosine" slowly at both ends. Equals start at step 0, end from `steps` on.
+    "step" climbs `stages` equal stairs, the last at `end` (Paper R: 8K, 10K, 12K, 16K, 16K over epochs),
+    "cosine" slowly at both ends. Equals start at step 0, end from `steps` on.
     """
 
     SCHEDULES = ("linear", "step", "cosine")
@@ -236,14 +241,14 @@ class LengthCurriculum:
             raise ValueError(f"unknown curriculum schedule '{schedule}'; choose from {', '.join(self.SCHEDULES)}")
         if not 0 < start <= end:
             raise ValueError(f"curriculum needs 0 < start <= end, got {start}:{end}")
-        if steps < 1:
-            raise ValueError(f"curriculum needs at least 1 step, got {steps}")
+        if steps < 1 or stages < 2:
+            raise ValueError(f"curriculum needs steps >= 1 and stages >= 2, got {steps} and {stages}")
         self.start, self.end, self.steps, self.schedule, self.stages = start, end, steps, schedule, stages
 
     def __call__(self, step: int) -> int:
         t = min(max(step / self.steps, 0.0), 1.0)
         if self.schedule == "step":
-            t = math.floor(t * self.stages) / self.stages
+            t = min(1.0, math.floor(t * self.stages) / (self.stages - 1))
         elif self.schedule == "cosine":
             t = (1 - math.cos(math.pi * t)) / 2
         return int(round(self.start + (self.end - self.start) * t))
@@ -309,9 +314,8 @@ class Sinusoidal(PositionalEncoding):
         self.register_buffer("inv_freq", rope_frequencies(d_model, 10000.0)[0], persistent=False)
 
     def embed(self, positions):
-        cos, sin = rotary_cos_sin(positions if positions.dim() == 2 else positions[None], self.inv_freq)
-        half = self.inv_freq.numel()
-        return torch.cat((sin[..., :half], cos[..., :half]), dim=-1)
+        phase = (positions if positions.dim() == 2 else positions[None]).double()[..., None] * self.inv_freq.double()
+        return torch.cat((phase.sin(), phase.cos()), dim=-1).float()  # (B|1, T, d_model)
 
 
 class Rotary(PositionalEncoding):
@@ -393,20 +397,20 @@ def _causal_mask(start: int, stop: int, device) -> torch.Tensor:
     return torch.arange(stop, device=device)[None, :] <= torch.arange(start, stop, device=device)[:, None]
 
 
-def query_blocks(q: torch.Tensor, block_size: int):
-    """(start, stop) of each block of queries: at most block_size, and at most ~2^22 scores per block."""
+def query_blocks(q: torch.Tensor, query_block: int):
+    """(start, stop) of each block of queries: at most query_block, and at most ~2^22 scores per block."""
     B, H, T, _ = q.shape
-    block = min(block_size, max(16, 2 ** 22 // (B * H * T)))
+    block = min(query_block, max(16, 2 ** 22 // (B * H * T)))
     return [(start, min(start + block, T)) for start in range(0, T, block)]
 
 
-def softmax_attention(q, k, v, bias_fn=None, positions=None, block_size: int = 1024) -> torch.Tensor:
+def softmax_attention(q, k, v, bias_fn=None, positions=None, query_block: int = 1024) -> torch.Tensor:
     """Causal softmax attention through torch's scaled_dot_product_attention; an ALiBi-style bias_fn(q_pos,
     k_pos) is added to the logits as a float mask, block by block. Returns (B, H, T, D)."""
     if bias_fn is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     out = []
-    for start, stop in query_blocks(q, block_size):
+    for start, stop in query_blocks(q, query_block):
         mask = bias_fn(positions[..., start:stop], positions[..., :stop]).to(q.dtype)
         mask = mask.masked_fill(~_causal_mask(start, stop, q.device), float("-inf"))
         out.append(F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop],
@@ -428,7 +432,7 @@ def attention_with_weights(q, k, v, bias_fn=None, positions=None):
     return weights @ v, logits, weights
 
 
-def linear_attention(q, k, v, normalised: bool = False, block_size: int = 1024) -> torch.Tensor:
+def linear_attention(q, k, v, normalised: bool = False, query_block: int = 1024) -> torch.Tensor:
     """Causal linear attention: out_i = sum_{j<=i} s_ij v_j, with no softmax.
 
     Unnormalised, s_ij = q_i . k_j / sqrt(D): the control of arXiv 2607.18759, where a longer input simply adds
@@ -439,7 +443,7 @@ def linear_attention(q, k, v, normalised: bool = False, block_size: int = 1024) 
         q, k = F.elu(q) + 1, F.elu(k) + 1
     scale = 1.0 if normalised else 1.0 / math.sqrt(q.shape[-1])
     out = []
-    for start, stop in query_blocks(q, block_size):
+    for start, stop in query_blocks(q, query_block):
         scores = (q[:, :, start:stop] @ k[:, :, :stop].transpose(-2, -1)) * scale  # (B, H, Tq, stop)
         scores = scores * _causal_mask(start, stop, q.device)
         block = scores @ v[:, :, :stop]
@@ -470,13 +474,17 @@ class GPTConfig:
     linear_normalised: bool = False        # linear attention: divide by the sum of (positive) scores
     max_len: int = 1024                    # rows of a learned table: the longest position ever evaluated
     dropout: float = 0.0
-    block_size: int = 1024                 # at most this many queries per attention block
+    query_block: int = 1024                # at most this many queries per attention block
 
     def __post_init__(self):
         choose = {"encoding": ENCODINGS, "scaling": tuple(SCHEDULES), "attention": ("softmax", "linear")}
         for field, options in choose.items():
             if getattr(self, field) not in options:
                 raise ValueError(f"unknown {field} '{getattr(self, field)}'; choose from {', '.join(options)}")
+        if min(self.n_layer, self.n_head, self.d_model, self.max_len, self.query_block) < 1:
+            raise ValueError("n_layer, n_head, d_model, max_len and query_block must all be >= 1")
+        if self.encoding == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"sinusoidal encodings pair sin and cos: d_model {self.d_model} must be even")
         if self.d_model % self.n_head:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
         if self.factor < 1:
@@ -508,12 +516,12 @@ class CausalSelfAttention(nn.Module):
             q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         cfg, analysis = self.config, None
         if cfg.attention == "linear":
-            y = linear_attention(q, k, v, cfg.linear_normalised, cfg.block_size)
+            y = linear_attention(q, k, v, cfg.linear_normalised, cfg.query_block)
         elif return_attention:
             y, logits, weights = attention_with_weights(q, k, v, bias_fn, positions)
             analysis = {"logits": logits, "weights": weights}
         else:
-            y = softmax_attention(q, k, v, bias_fn, positions, cfg.block_size)
+            y = softmax_attention(q, k, v, bias_fn, positions, cfg.query_block)
         y = self.dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
         return y, analysis
 
@@ -555,7 +563,8 @@ class GPT(nn.Module):
     """A decoder-only transformer whose position signal comes from `positions`, not from the token index.
 
     forward(idx (B, T), positions (T,) or (B, T) = 0..T-1) -> logits (B, T, vocab). Randomized training and
-    contiguous inference are the same call with different positions.
+    contiguous inference are the same call with different positions. return_attention=True also returns, per
+    layer, {"logits", "weights"} (B, H, T, T) of softmax attention (None for linear attention).
     """
 
     def __init__(self, config: GPTConfig):
@@ -567,7 +576,7 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.d_model)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        for name, p in self.named_parameters():
+        for name, p in self.named_parameters():  # an encoding initialises its own parameters
             if p.dim() == 2 and not name.startswith("pos."):
                 nn.init.normal_(p, std=0.02)
 

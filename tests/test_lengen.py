@@ -181,8 +181,8 @@ def test_curriculum(schedule):
 
 def test_curriculum_shapes_and_errors():
     assert L.LengthCurriculum(0 + 10, 50, 10, "linear")(5) == 30
-    step = L.LengthCurriculum(10, 50, 100, "step", stages=4)
-    assert [step(s) for s in (0, 24, 25, 50, 99, 100)] == [10, 10, 20, 30, 40, 50]
+    step = L.LengthCurriculum(10, 50, 100, "step", stages=4)  # 4 stairs, the last one at `end`
+    assert [step(s) for s in (0, 24, 25, 50, 75, 99, 100)] == [10, 10, 23, 37, 50, 50, 50]
     assert L.LengthCurriculum(10, 50, 100, "cosine")(25) < 20  # slow start
     with pytest.raises(ValueError):
         L.LengthCurriculum(10, 50, 10, "exponential")
@@ -236,14 +236,14 @@ def test_rope_equivariant_under_random_per_row_positions():
 def test_linear_attention_equals_loop_definition():
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 3, 7, 4) for _ in range(3))
-    out = L.linear_attention(q, k, v, block_size=3)
+    out = L.linear_attention(q, k, v, query_block=3)
     ref = torch.zeros_like(v)
     for i in range(7):
         for j in range(i + 1):
             ref[:, :, i] += (q[:, :, i] * k[:, :, j]).sum(-1, keepdim=True) / 2.0 * v[:, :, j]
     assert torch.allclose(out, ref, atol=1e-5)
     phi = lambda x: torch.nn.functional.elu(x) + 1  # noqa: E731
-    norm = L.linear_attention(q, k, v, normalised=True, block_size=3)
+    norm = L.linear_attention(q, k, v, normalised=True, query_block=3)
     for i in (0, 4, 6):
         s = torch.stack([(phi(q[:, :, i]) * phi(k[:, :, j])).sum(-1) for j in range(i + 1)], -1)
         expected = (s[..., None] * v[:, :, : i + 1]).sum(-2) / s.sum(-1, keepdim=True)
@@ -256,7 +256,7 @@ def test_blocked_softmax_equals_weights_path(with_bias):
     q, k, v = (torch.randn(2, 4, 37, 8) for _ in range(3))
     pos = torch.arange(37)
     bias_fn = L.ALiBi(4).bias if with_bias else None
-    blocked = L.softmax_attention(q, k, v, bias_fn, pos, block_size=8)
+    blocked = L.softmax_attention(q, k, v, bias_fn, pos, query_block=8)
     full, logits, weights = L.attention_with_weights(q, k, v, bias_fn, pos)
     assert torch.allclose(blocked, full, atol=1e-5)
     assert torch.allclose(weights.sum(-1), torch.ones(2, 4, 37), atol=1e-5)
@@ -266,12 +266,12 @@ def test_blocked_softmax_equals_weights_path(with_bias):
 @pytest.mark.parametrize("encoding", L.ENCODINGS)
 def test_blocked_gpt_equals_unblocked_for_every_encoding(encoding):
     idx = torch.randint(0, 12, (2, 37), generator=torch.Generator().manual_seed(0))
-    blocked = make(encoding, block_size=8)
+    blocked = make(encoding, query_block=8)
     with torch.no_grad():
         explicit, _ = blocked(idx, return_attention=True)  # every logit written out, no blocks
         assert torch.allclose(blocked(idx), explicit, atol=1e-5)
     if encoding != "alibi":
-        linear_blocked, linear_whole = make(encoding, "linear", block_size=8), make(encoding, "linear")
+        linear_blocked, linear_whole = make(encoding, "linear", query_block=8), make(encoding, "linear")
         with torch.no_grad():
             assert torch.allclose(linear_blocked(idx), linear_whole(idx), atol=1e-5)
 
@@ -289,7 +289,7 @@ COMBOS = [(e, "softmax") for e in L.ENCODINGS] + [(e, "linear") for e in ("nope"
 
 @pytest.mark.parametrize("encoding, attention", COMBOS)
 def test_causal(encoding, attention):
-    model = make(encoding, attention, block_size=8)
+    model = make(encoding, attention, query_block=8)
     idx = torch.randint(0, 12, (2, 20), generator=torch.Generator().manual_seed(0))
     changed = idx.clone()
     changed[:, 12:] = (changed[:, 12:] + 1) % 12
@@ -335,6 +335,10 @@ def test_nonsense_combinations_refused():
         (dict(factor=0.5), ">= 1"),
         (dict(d_model=30, n_head=4), "divisible"),
         (dict(encoding="rope", scaling="yarn", factor=2.0), "original_max_len"),
+        (dict(n_head=0), ">= 1"),
+        (dict(encoding="sinusoidal", d_model=31, n_head=1), "must be even"),
+        (dict(encoding="rope", d_model=4, n_head=2, scaling="ntk", factor=2.0), "rotary dim > 2"),
+        (dict(encoding="rope", rope_base=1.0), "base must be > 1"),
     ]:
         with pytest.raises(ValueError, match=reason):
             L.GPT(L.GPTConfig(vocab_size=8, **kw))

@@ -120,7 +120,9 @@ def test_llm_bad_input_exits_2(tiny_llm, tmp_path):
     transformers.GPT2LMHeadModel(config).save_pretrained(gpt2)
     transformers.PreTrainedTokenizerFast.from_pretrained(tiny_llm).save_pretrained(gpt2)
     cases = [
-        (["--llm", str(tmp_path / "missing")], "cannot load"),
+        (["--llm", str(tmp_path / "missing")], "no such model directory"),
+        (["--llm", tiny_llm, "--positions", "randomized"], "--method chooses"),
+        (["--llm", tiny_llm, "--train-len", "40"], "--train-len 40"),
         (["--llm", str(gpt2)], "no rotary embedding"),
         (["--llm", tiny_llm, "--train-len", "4096"], "beyond the model's context"),
         (["--llm", tiny_llm, "--task", "retrieval"], "text task"),
