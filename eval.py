@@ -167,7 +167,7 @@ DISTANCE_ENCODINGS = ("nope", "rope", "alibi")
 
 # Paper D: window 256, data tokens 0..127, m = 10, C and S on [15, 25], transfer with S on [25, 35] or [45, 55],
 # evaluation at d = 1..120; 8 layers x 512, 8 heads, 40K steps of batch 64, lr 3e-4, 3K warm-up, wd 0.05,
-# best of 5 seeds. "default" shrinks all of it until about 50 small models train in ~20 minutes on 2 shared
+# best of 5 seeds. "default" shrinks all of it until its 35 small models train in ~20 minutes on 2 shared
 # CPU cores; results/distance.md lists every change. Bands keep the paper's shape: a middle band, evaluation
 # to 4x its top, an adjacent band just above it and a separated one further out.
 DISTANCE_SCALES = {
@@ -176,7 +176,7 @@ DISTANCE_SCALES = {
                   seeds=1, diversity=(2, 8), diversity_encodings=("rope",), diversity_seeds=1,
                   transfer_encodings=("rope",), transfer_seeds=1, samples=64),
     "default": dict(window=32, symbols=16, m=2, band=(3, 5), adjacent=(6, 8), separated=(12, 14), top=20,
-                    layers=2, heads=4, widths=(16, 32, 64), width=32, steps=1000, batch=32, lr=2e-3, warmup=100,
+                    layers=2, heads=4, widths=(32, 64), width=32, steps=800, batch=32, lr=2e-3, warmup=100,
                     wd=0.05, seeds=3, diversity=(1, 3, 6, 10), diversity_encodings=("rope", "alibi"),
                     diversity_seeds=1, transfer_encodings=DISTANCE_ENCODINGS, transfer_seeds=1, samples=128),
     "full": dict(window=256, symbols=128, m=10, band=(15, 25), adjacent=(25, 35), separated=(45, 55), top=120,
@@ -251,74 +251,6 @@ def mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def verdict(checks: list[tuple[str, str, bool | None]]) -> str:
-    """Every checked sub-claim holds: reproduced; none: not reproduced; otherwise partly. None = not measured."""
-    measured = [ok for _, _, ok in checks if ok is not None]
-    if not measured:
-        return "not measured"
-    return "reproduced" if all(measured) else "not reproduced" if not any(measured) else "partly reproduced"
-
-
-def check_table(checks: list[tuple[str, str, bool | None]]) -> list[str]:
-    rows = ["| sub-claim | measured | holds |", "|---|---|---|"]
-    return rows + [f"| {claim} | {measured} | {'—' if ok is None else 'yes' if ok else 'no'} |"
-                   for claim, measured, ok in checks]
-
-
-def distance(args) -> None:
-    scale = "quick" if args.quick else "full" if args.full else "default"
-    s = DISTANCE_SCALES[scale]
-    start = time.perf_counter()
-    lo, hi = s["band"]
-    cache = {}
-
-    def curves(task, encoding, seeds, delays, selective=None, width=None):
-        """One curve per seed; a model already trained in this run (same settings) is reused, not retrained."""
-        out = []
-        for seed in range(seeds):
-            key = (task, encoding, seed, delays, selective, width or s["width"])
-            if key not in cache:
-                cache[key] = distance_curve(s, scale, args, task, encoding, seed, delays, selective, width)
-            out.append(cache[key])
-        return out
-
-    in_band = lambda d: lo <= d <= hi  # noqa: E731 (a predicate, named for what it says)
-
-    # (A) first: its seed-0 C models at the chosen width are also the size sweep's models at that width
-    print(f"distance ({scale}): (A) encodings on {span(s['band'])}", file=sys.stderr)
-    part_a = {task: {e: over_seeds(curves(task, e, s["seeds"], s["band"]), in_band) for e in DISTANCE_ENCODINGS}
-              for task in ("delay_copy", "selective_copy")}
-    print("distance: size", file=sys.stderr)
-    size = {w: {e: over_seeds(curves("delay_copy", e, 1, s["band"], width=w), in_band) for e in DISTANCE_ENCODINGS}
-            for w in s["widths"]}
-    print("distance: (B) diversity", file=sys.stderr)
-    part_b = {e: {d_max: over_seeds(curves("delay_copy", e, s["diversity_seeds"], (0, d_max)),
-                                    lambda d, d_max=d_max: d <= d_max)
-                  for d_max in s["diversity"]} for e in s["diversity_encodings"]}
-    print("distance: (C) transfer", file=sys.stderr)
-    part_c = {}
-    for setting in ("adjacent", "separated"):
-        part_c[setting] = {}
-        for e in s["transfer_encodings"]:
-            alone = over_seeds(curves("delay_copy", e, s["transfer_seeds"], s["band"]), in_band)
-            mixed = over_seeds(curves("mixed_copy", e, s["transfer_seeds"], s["band"], s[setting]), in_band)
-            delta = [m - a for m, a in zip(mixed["mean"], alone["mean"])]
-            part_c[setting][e] = {"alone": alone, "mixed": mixed, "delta": delta,
-                                  "regions": transfer_regions(delta, alone["delays"], s["band"], s[setting])}
-    runtime = time.perf_counter() - start
-
-    command = "python eval.py --experiment distance" + {"quick": " --quick", "full": " --full", "default": ""}[scale]
-    md, checks = distance_markdown(s, scale, command, runtime, part_a, size, part_b, part_c)
-    data = {"command": command, "scale": scale, "settings": s, "runtime_s": runtime,
-            "transfer_margin": TRANSFER_MARGIN,
-            "verdicts": {name: {"verdict": verdict(c), "checks": [{"claim": claim, "measured": measured, "holds": ok}
-                                                                  for claim, measured, ok in c]}
-                         for name, c in checks.items()},
-            "size": size, "A": part_a, "B": part_b, "C": part_c}
-    write_results("distance", md, data, lambda plt: distance_figure(plt, s, size, part_a, part_b, part_c),
-                  args.out_dir)
-
-
 def transfer_regions(delta: list[float], delays: list[int], band, s_band) -> dict:
     """Mean accuracy change of C (mixed minus alone) where C trained, at every delay C never trained on, where
     only S trained, below C's band, between the two bands (the separated setting), and beyond S's band."""
@@ -340,16 +272,46 @@ def sign(x: float) -> str:
     return "positive" if x > TRANSFER_MARGIN else "negative" if x < -TRANSFER_MARGIN else "none"
 
 
+def verdict(checks: list[tuple[str, str, bool | None]]) -> str:
+    """Every checked sub-claim holds: reproduced; none: not reproduced; otherwise partly. None = not measured."""
+    measured = [ok for _, _, ok in checks if ok is not None]
+    if not measured:
+        return "not measured"
+    return "reproduced" if all(measured) else "not reproduced" if not any(measured) else "partly reproduced"
+
+
+def check_table(checks: list[tuple[str, str, bool | None]]) -> list[str]:
+    rows = ["| sub-claim | measured | holds |", "|---|---|---|"]
+    return rows + [f"| {claim} | {measured} | {'—' if ok is None else 'yes' if ok else 'no'} |"
+                   for claim, measured, ok in checks]
+
+
+PAPER_D_FINDINGS = {
+    "size": "small NoPE models fail even inside the training range; RoPE and ALiBi stay stable when small",
+    "A, delay copy": "trained on d in [15, 25], all encodings fit in range; at unseen d NoPE is best, RoPE worst, "
+                     "ALiBi between",
+    "A, selective copy": "the same ordering on the selective copy task",
+    "B": "with d in [0, d_max], out-of-range accuracy rises with d_max, but relative to in-range accuracy it falls "
+         "(diminishing returns)",
+    "C": "C on [15, 25] with S on [25, 35]: RoPE mostly negative transfer, NoPE/ALiBi positive at moderate unseen d "
+         "and negative further out; with S on [45, 55]: NoPE/ALiBi damage C even in its own range, RoPE transfers "
+         "weakly without in-range damage",
+}
+
+
 def distance_checks(s, size, part_a, part_b, part_c) -> dict[str, list[tuple[str, str, bool | None]]]:
     """Each of Paper D's findings split into sub-claims, each with what we measured and whether it holds."""
-    small, widths = s["widths"][0], s["widths"]
-    in_mean = {w: {e: mean(size[w][e]["in_mean"]) for e in DISTANCE_ENCODINGS} for w in widths}
+    small, large = min(s["widths"]), max(s["widths"])
+    in_mean = {w: {e: mean(size[w][e]["in_mean"]) for e in DISTANCE_ENCODINGS} for w in s["widths"]}
     explicit = min(in_mean[small]["rope"], in_mean[small]["alibi"])
     checks = {"size": [
         (f"NoPE fails in range at the smallest width ({small}): in-range accuracy < 0.5",
          f"{in_mean[small]['nope']:.2f}", in_mean[small]["nope"] < 0.5),
         (f"RoPE and ALiBi stay stable at width {small}: both >= 0.9 in range", f"{explicit:.2f} (the lower)",
-         explicit >= 0.9)]}
+         explicit >= 0.9),
+        # Paper D's (A) models are large enough that NoPE fits: failure is a matter of size
+        (f"NoPE learns once larger: >= 0.9 in range at width {large}", f"{in_mean[large]['nope']:.2f}",
+         in_mean[large]["nope"] >= 0.9)]}
     for task, label in (("delay_copy", "A, delay copy"), ("selective_copy", "A, selective copy")):
         runs = part_a[task]
         fit = min(max(runs[e]["in_mean"]) for e in DISTANCE_ENCODINGS)  # best seed of the weakest encoding
@@ -391,19 +353,6 @@ def distance_checks(s, size, part_a, part_b, part_c) -> dict[str, list[tuple[str
     return checks
 
 
-PAPER_D_FINDINGS = {
-    "size": "small NoPE models fail even inside the training range; RoPE and ALiBi stay stable when small",
-    "A, delay copy": "trained on d in [15, 25], all encodings fit in range; at unseen d NoPE is best, RoPE worst, "
-                     "ALiBi between",
-    "A, selective copy": "the same ordering on the selective copy task",
-    "B": "with d in [0, d_max], out-of-range accuracy rises with d_max, but relative to in-range accuracy it falls "
-         "(diminishing returns)",
-    "C": "C on [15, 25] with S on [25, 35]: RoPE mostly negative transfer, NoPE/ALiBi positive at moderate unseen d "
-         "and negative further out; with S on [45, 55]: NoPE/ALiBi damage C even in its own range, RoPE transfers "
-         "weakly without in-range damage",
-}
-
-
 def distance_markdown(s, scale, command, runtime, part_a, size, part_b, part_c):
     """results/distance.md: setup and every change from Paper D, then per question the paper's finding, our
     numbers and a verdict computed from sub-claims. Returns (markdown, checks)."""
@@ -413,8 +362,9 @@ def distance_markdown(s, scale, command, runtime, part_a, size, part_b, part_c):
     machine = f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
     width, layers, heads = s["width"], s["layers"], s["heads"]
     md = [f"# Distance generalization (Paper D, arXiv 2609.11913)\n",
-          f"`{command}` took {runtime / 60:.1f} minutes on {machine}, one model at a time, one torch thread. "
-          "Every number below comes from that run; per-delay curves of every seed are in `distance.json`.\n",
+          f"`{command}` took {runtime / 60:.1f} minutes on {machine}, one model at a time, one torch thread "
+          f"(load average {os.getloadavg()[0]:.1f} at the end). Every number below "
+          "comes from that run; per-delay curves of every seed are in `distance.json`.\n",
           "Paper D asks whether a positional encoding helps a transformer copy tokens across delays it never saw "
           "in training, at a fixed context length. A delay copy episode (task C) is m source tokens, a control "
           "token, d filler tokens, the control token again, then the m source tokens; selective copy (task S) "
@@ -428,11 +378,12 @@ def distance_markdown(s, scale, command, runtime, part_a, size, part_b, part_c):
           f"| data tokens | 128 | {s['symbols']} |",
           f"| m (tokens copied) | 10 | {s['m']} |",
           f"| C and S training band (A) | [15, 25] | {span(s['band'])} |",
-          f"| delays evaluated | 1..120 | 0..{s['top']} (4x the band's top: {s['top'] >= 4 * hi}) |",
+          f"| delays evaluated | 1..120 | 0..{s['top']} (4 x the band's top = {4 * hi}) |",
           f"| diversity d_max (B) | 5, 10, 20, 30, 50 | {', '.join(map(str, s['diversity']))} |",
           f"| S bands in transfer (C) | [25, 35], [45, 55] | {span(s['adjacent'])}, {span(s['separated'])} |",
           f"| model | 8 layers x 512, 8 heads | {layers} layers x {width}, {heads} heads |",
-          f"| widths in the size sweep | not stated here | {', '.join(map(str, s['widths']))} |",
+          f"| widths in the size sweep | smaller than 512 (sizes not in our sources) | "
+          f"{', '.join(map(str, s['widths']))} |",
           "| MLP, dropout | ReLU, 0.1 | GELU, none (lengen's GPT; train.py has no dropout flag) |",
           f"| steps x batch | 40K x 64 | {s['steps']} x {s['batch']} |",
           f"| lr, warm-up, weight decay | 3e-4, 3K, 0.05 (AdamW) | {s['lr']:g}, {s['warmup']}, {s['wd']:g} (AdamW, "
@@ -442,8 +393,12 @@ def distance_markdown(s, scale, command, runtime, part_a, size, part_b, part_c):
           f"| seeds | best of 5 | (A) {s['seeds']}, size 1, (B) {s['diversity_seeds']}, (C) {s['transfer_seeds']}; "
           "mean ± sd and the best seed (highest cumulative accuracy) |",
           f"| encodings | NoPE, RoPE, ALiBi | all three in size and (A); (B) "
-          f"{', '.join(s['diversity_encodings'])}; (C) {', '.join(s['transfer_encodings'])} |",
-          "\n## Verdicts\n", "| question | Paper D | verdict |", "|---|---|---|"]
+          f"{', '.join(s['diversity_encodings'])}; (C) {', '.join(s['transfer_encodings'])} |"]
+    if scale != "full":
+        md.append("\nWhere a part has fewer than 3 seeds or fewer than the three encodings, that is a cut made to "
+                  "fit the time budget, not a finding; `--full` runs every part with 5 seeds and all three "
+                  "encodings, at Paper D's sizes (a GPU helps).")
+    md += ["\n## Verdicts\n", "| question | Paper D | verdict |", "|---|---|---|"]
     md += [f"| {name} | {PAPER_D_FINDINGS[name]} | **{v}** |" for name, v in verdicts.items()]
     md.append("\nA verdict is *reproduced* when every sub-claim below holds, *not reproduced* when none does, "
               f"*partly* otherwise. Transfer counts as positive or negative only beyond ±{TRANSFER_MARGIN} "
@@ -551,6 +506,61 @@ def distance_figure(plt, s, size, part_a, part_b, part_c):
                  f"{s['symbols']} symbols, {s['layers']} layers x {s['width']}, {s['steps']} steps")
     fig.tight_layout()
     return fig
+
+
+def distance(args) -> None:
+    scale = "quick" if args.quick else "full" if args.full else "default"
+    s = DISTANCE_SCALES[scale]
+    start = time.perf_counter()
+    lo, hi = s["band"]
+    cache = {}
+
+    def curves(task, encoding, seeds, delays, selective=None, width=None):
+        """One curve per seed; a model already trained in this run (same settings) is reused, not retrained."""
+        out = []
+        for seed in range(seeds):
+            key = (task, encoding, seed, delays, selective, width or s["width"])
+            if key not in cache:
+                cache[key] = distance_curve(s, scale, args, task, encoding, seed, delays, selective, width)
+            out.append(cache[key])
+        return out
+
+    def in_band(d):
+        return lo <= d <= hi
+
+    # (A) first: its seed-0 C models at the chosen width are also the size sweep's models at that width
+    print(f"distance ({scale}): (A) encodings on {span(s['band'])}", file=sys.stderr)
+    part_a = {task: {e: over_seeds(curves(task, e, s["seeds"], s["band"]), in_band) for e in DISTANCE_ENCODINGS}
+              for task in ("delay_copy", "selective_copy")}
+    print("distance: size", file=sys.stderr)
+    size = {w: {e: over_seeds(curves("delay_copy", e, 1, s["band"], width=w), in_band) for e in DISTANCE_ENCODINGS}
+            for w in s["widths"]}
+    print("distance: (B) diversity", file=sys.stderr)
+    part_b = {e: {d_max: over_seeds(curves("delay_copy", e, s["diversity_seeds"], (0, d_max)),
+                                    lambda d, d_max=d_max: d <= d_max)
+                  for d_max in s["diversity"]} for e in s["diversity_encodings"]}
+    print("distance: (C) transfer", file=sys.stderr)
+    part_c = {}
+    for setting in ("adjacent", "separated"):
+        part_c[setting] = {}
+        for e in s["transfer_encodings"]:
+            alone = over_seeds(curves("delay_copy", e, s["transfer_seeds"], s["band"]), in_band)
+            mixed = over_seeds(curves("mixed_copy", e, s["transfer_seeds"], s["band"], s[setting]), in_band)
+            delta = [m - a for m, a in zip(mixed["mean"], alone["mean"])]
+            part_c[setting][e] = {"alone": alone, "mixed": mixed, "delta": delta,
+                                  "regions": transfer_regions(delta, alone["delays"], s["band"], s[setting])}
+    runtime = time.perf_counter() - start
+
+    command = "python eval.py --experiment distance" + {"quick": " --quick", "full": " --full", "default": ""}[scale]
+    md, checks = distance_markdown(s, scale, command, runtime, part_a, size, part_b, part_c)
+    data = {"command": command, "scale": scale, "settings": s, "runtime_s": runtime,
+            "transfer_margin": TRANSFER_MARGIN,
+            "verdicts": {name: {"verdict": verdict(c), "checks": [{"claim": claim, "measured": measured, "holds": ok}
+                                                                  for claim, measured, ok in c]}
+                         for name, c in checks.items()},
+            "size": size, "A": part_a, "B": part_b, "C": part_c}
+    write_results("distance", md, data, lambda plt: distance_figure(plt, s, size, part_a, part_b, part_c),
+                  args.out_dir)
 
 
 EXPERIMENTS["distance"] = distance
