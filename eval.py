@@ -164,6 +164,7 @@ EXPERIMENTS: dict = {}  # name -> function(args); each section below registers i
 # ---------------------------------------------------------------------------------------------------------
 
 DISTANCE_ENCODINGS = ("nope", "rope", "alibi")
+DISTANCE_COLORS = {"nope": "tab:blue", "rope": "tab:orange", "alibi": "tab:green"}  # the same in every panel
 
 # Paper D: window 256, data tokens 0..127, m = 10, C and S on [15, 25], transfer with S on [25, 35] or [45, 55],
 # evaluation at d = 1..120; 8 layers x 512, 8 heads, 40K steps of batch 64, lr 3e-4, 3K warm-up, wd 0.05,
@@ -176,7 +177,7 @@ DISTANCE_SCALES = {
                   seeds=1, diversity=(2, 8), diversity_encodings=("rope",), diversity_seeds=1,
                   transfer_encodings=("rope",), transfer_seeds=1, samples=64),
     "default": dict(window=32, symbols=16, m=2, band=(3, 5), adjacent=(6, 8), separated=(12, 14), top=20,
-                    layers=2, heads=4, widths=(32, 64), width=32, steps=800, batch=32, lr=2e-3, warmup=100,
+                    layers=2, heads=4, widths=(32, 64), width=32, steps=1100, batch=32, lr=2e-3, warmup=100,
                     wd=0.05, seeds=3, diversity=(1, 3, 6, 10), diversity_encodings=("rope", "alibi"),
                     diversity_seeds=1, transfer_encodings=DISTANCE_ENCODINGS, transfer_seeds=1, samples=128),
     "full": dict(window=256, symbols=128, m=10, band=(15, 25), adjacent=(25, 35), separated=(45, 55), top=120,
@@ -444,8 +445,9 @@ def distance_markdown(s, scale, command, runtime, part_a, size, part_b, part_c):
     md += ["## (C) Transfer\n", f"Paper D: {PAPER_D_FINDINGS['C']}. Here: mixed_copy trains C on "
            f"{span(s['band'])} together with S on {span(s['adjacent'])} (adjacent) or {span(s['separated'])} "
            "(separated), half the episodes each; C alone is the (A) model with the same seed. Both are measured "
-           f"on C. Cells: C's mean accuracy change (mixed minus alone) in each region, {s['transfer_seeds']} "
-           "seed(s).\n",
+           "on C, after the same number of steps, so the mixed model has seen half as many C episodes: where "
+           "models are not converged, that alone can lower C in its own range. Cells: C's mean accuracy change "
+           f"(mixed minus alone) in each region, {s['transfer_seeds']} seed(s).\n",
            "| setting | encoding | C alone in range | C range | unseen (all) | below | between | S range | beyond |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for setting, by_encoding in part_c.items():
@@ -468,8 +470,9 @@ def distance_figure(plt, s, size, part_a, part_b, part_c):
 
     ax = axes[0, 0]
     for e in DISTANCE_ENCODINGS:
-        ax.plot(s["widths"], [size[w][e]["in_mean"][0] for w in s["widths"]], marker="o", label=e)
-    ax.set(xscale="log", xticks=s["widths"], xticklabels=s["widths"], ylim=(-0.02, 1.02), xlabel="width",
+        ax.plot(s["widths"], [size[w][e]["in_mean"][0] for w in s["widths"]], marker="o", label=e,
+                color=DISTANCE_COLORS[e])
+    ax.set(xticks=s["widths"], ylim=(-0.02, 1.02), xlabel="width",
            ylabel="in-range accuracy", title=f"size: C on {span(s['band'])}, seed 0")
     ax.legend(fontsize=8)
 
@@ -481,13 +484,14 @@ def distance_figure(plt, s, size, part_a, part_b, part_c):
     for ax, field, title in ((axes[0, 3], "out_sum", "(B) out-of-range sum"), (axes[1, 0], "ratio",
                                                                             "(B) out-of-range / in-range")):
         for e, by_max in part_b.items():
-            ax.plot(list(by_max), [mean(r[field]) for r in by_max.values()], marker="o", label=e)
+            ax.plot(list(by_max), [mean(r[field]) for r in by_max.values()], marker="o", label=e,
+                    color=DISTANCE_COLORS[e])
         ax.set(xlabel="d_max (trained on [0, d_max])", title=title)
         ax.legend(fontsize=8)
 
     for ax, setting in ((axes[1, 1], "adjacent"), (axes[1, 2], "separated")):
         for e, r in part_c[setting].items():
-            ax.plot(r["alone"]["delays"], r["delta"], marker="o", ms=3, label=e)
+            ax.plot(r["alone"]["delays"], r["delta"], marker="o", ms=3, label=e, color=DISTANCE_COLORS[e])
         ax.axhline(0, color="black", lw=0.8)
         ax.axvspan(*band, color="grey", alpha=0.2, lw=0, label="C trained")
         ax.axvspan(s[setting][0] - 0.5, s[setting][1] + 0.5, color="tab:purple", alpha=0.15, lw=0,
@@ -498,7 +502,8 @@ def distance_figure(plt, s, size, part_a, part_b, part_c):
 
     ax = axes[1, 3]
     for e in DISTANCE_ENCODINGS:  # the best seed of (A), as Paper D plots it
-        ax.plot(part_a["delay_copy"][e]["delays"], part_a["delay_copy"][e]["best"], marker="o", ms=3, label=e)
+        ax.plot(part_a["delay_copy"][e]["delays"], part_a["delay_copy"][e]["best"], marker="o", ms=3, label=e,
+                color=DISTANCE_COLORS[e])
     ax.axvspan(*band, color="grey", alpha=0.2, lw=0, label="trained")
     ax.set(ylim=(-0.02, 1.02), xlabel="delay", ylabel="accuracy", title="(A) delay copy, best seed")
     ax.legend(fontsize=8)
