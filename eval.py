@@ -353,8 +353,11 @@ def query_attention(model: lengen.GPT, length: int, options: dict, samples: int)
 
 
 def spread(values) -> dict:
+    """Mean, sample standard deviation and range of a few numbers (one per seed, or per seed and offset)."""
     values = [float(v) for v in values]
-    return {"mean": sum(values) / len(values), "min": min(values), "max": max(values)}
+    mean = sum(values) / len(values)
+    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
+    return {"mean": mean, "sd": sd, "min": min(values), "max": max(values), "values": values}
 
 
 def fmt(s: dict, digits: int = 2) -> str:
@@ -470,7 +473,8 @@ def analyse_recipe(model: lengen.GPT, cfg: dict, samples: int) -> dict:
 
 
 def verdict(full: bool, some: bool) -> str:
-    return "reproduced" if full else "partly" if some else "not reproduced"
+    """The verdict every experiment gives a claim: all of it holds, some of it, or none."""
+    return "reproduced" if full else "partly reproduced" if some else "not reproduced"
 
 
 def retrieval_claims(data: dict) -> list[dict]:
@@ -890,12 +894,10 @@ def sign(x: float) -> str:
     return "positive" if x > TRANSFER_MARGIN else "negative" if x < -TRANSFER_MARGIN else "none"
 
 
-def verdict(checks: list[tuple[str, str, bool | None]]) -> str:
-    """Every checked sub-claim holds: reproduced; none: not reproduced; otherwise partly. None = not measured."""
+def checks_verdict(checks: list[tuple[str, str, bool | None]]) -> str:
+    """The verdict of a question from its sub-claims (claim, measured, holds); holds None = not measured."""
     measured = [ok for _, _, ok in checks if ok is not None]
-    if not measured:
-        return "not measured"
-    return "reproduced" if all(measured) else "not reproduced" if not any(measured) else "partly reproduced"
+    return verdict(all(measured), any(measured)) if measured else "not measured"
 
 
 def check_table(checks: list[tuple[str, str, bool | None]]) -> list[str]:
@@ -976,7 +978,7 @@ def distance_markdown(s, scale, command, runtime, part_a, size, part_b, part_c):
     numbers and a verdict computed from sub-claims. Returns (markdown, checks)."""
     lo, hi = s["band"]
     checks = distance_checks(s, size, part_a, part_b, part_c)
-    verdicts = {name: verdict(c) for name, c in checks.items()}
+    verdicts = {name: checks_verdict(c) for name, c in checks.items()}
     machine = f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
     width, layers, heads = s["width"], s["layers"], s["heads"]
     md = [f"# Distance generalization (Paper D, arXiv 2609.11913)\n",
@@ -1177,7 +1179,7 @@ def distance(args) -> None:
     md, checks = distance_markdown(s, scale, command, runtime, part_a, size, part_b, part_c)
     data = {"command": command, "scale": scale, "settings": s, "runtime_s": runtime,
             "transfer_margin": TRANSFER_MARGIN,
-            "verdicts": {name: {"verdict": verdict(c), "checks": [{"claim": claim, "measured": measured, "holds": ok}
+            "verdicts": {name: {"verdict": checks_verdict(c), "checks": [{"claim": claim, "measured": measured, "holds": ok}
                                                                   for claim, measured, ok in c]}
                          for name, c in checks.items()},
             "size": size, "A": part_a, "B": part_b, "C": part_c}
@@ -1250,13 +1252,6 @@ def ryarn_argv(task: str, method: str, size: dict, seed: int, root: str, threads
                    "--warmup", "20"] + ryarn_methods(L, size["factor"])[method]
 
 
-def spread(values: list[float]) -> dict:
-    """Mean, sample standard deviation and range over seeds."""
-    mean = sum(values) / len(values)
-    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
-    return {"mean": mean, "sd": sd, "min": min(values), "max": max(values), "values": values}
-
-
 def ryarn_experiment(args) -> None:
     if args.quick and args.full:
         raise UsageError("choose one of --quick and --full")
@@ -1307,8 +1302,7 @@ def ryarn_experiment(args) -> None:
                                                                                        ("yarn", "ft"))],
         "the curriculum matters": [gain(t, "ryarn", "ryarn-nocurr") for t in RYARN_TASKS],
     }
-    verdicts = {claim: "reproduced" if all(g["holds"] for g in gains) else
-                "partly reproduced" if any(g["holds"] for g in gains) else "not reproduced"
+    verdicts = {claim: verdict(all(g["holds"] for g in gains), any(g["holds"] for g in gains))
                 for claim, gains in claims.items()}
 
     def figure(plt):

@@ -1,4 +1,5 @@
 """The ryarn experiment (Paper R on the small GPT): its quick run, and the positions its training loop used."""
+import importlib.util
 import json
 
 import torch
@@ -23,7 +24,8 @@ def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
     assert set(data["verdicts"].values()) <= {"reproduced", "partly reproduced", "not reproduced"}
     markdown = (tmp_path / "results" / "ryarn.md").read_text()
     assert "python eval.py --experiment ryarn --quick --threads 1" in markdown and "Runtime" in markdown
-    assert (tmp_path / "results" / "ryarn.png").stat().st_size > 0
+    if importlib.util.find_spec("matplotlib"):  # figures are optional: without matplotlib the run says so
+        assert (tmp_path / "results" / "ryarn.png").stat().st_size > 0
 
 
 def test_ryarn_feeds_sorted_distinct_positions_beyond_L_on_a_widening_range(tmp_path):
