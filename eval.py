@@ -1664,22 +1664,31 @@ def training_speed(shape: dict, steps: int, repeats: int, compile_rope: bool) ->
     return rows
 
 
+def _resident_kib(field: str) -> int:
+    """VmRSS (resident now) or VmHWM (peak since the last reset) of this process, from Linux's /proc."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
 def _memory_probe(encoding: str, length: int, threads: int | None, result) -> None:
-    """Runs in a fresh process, so the peak resident memory it reports is this evaluation's alone."""
-    import resource
+    """Runs in a fresh process: reset the peak resident size (Linux: write 5 to /proc/self/clear_refs), run one
+    forward, and report how far the peak rose above what was resident before it, and the time."""
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = lengen.GPT(lengen.GPTConfig(vocab_size=64, n_layer=2, n_head=4, d_model=128, encoding=encoding,
                                         max_len=length)).eval()
     idx = torch.randint(0, 64, (1, length))
-    unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is bytes on macOS, KiB on Linux
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit
+    linux = os.path.exists("/proc/self/clear_refs")  # elsewhere the peak cannot be reset: time only
+    if linux:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _resident_kib("VmRSS")
     start = time.perf_counter()
     with torch.no_grad():
         model(idx)
     seconds = time.perf_counter() - start
-    result.put((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit - before, seconds))
+    result.put(((_resident_kib("VmHWM") - before) * 1024 if linux else float("nan"), seconds))
 
 
 def evaluation_memory(lengths: list[int], threads: int | None) -> list[dict]:
@@ -1733,13 +1742,14 @@ def hf_patch_cost(length: int, repeats: int, smollm2: bool) -> list[dict]:
 
 def bench(args) -> None:
     start = time.perf_counter()
-    shapes = [dict(name="4x128, T 64, batch 12", layers=4, dim=128, heads=4, length=64, batch=12),
-              dict(name="4x256, T 256, batch 8", layers=4, dim=256, heads=8, length=256, batch=8)]
-    lengths, steps, repeats, compile_rope, smollm2 = [4096, 8192, 16384, 32768], 10, 3, True, True
+    # Each shape: the model, and how many training steps one timed call runs.
+    shapes = [dict(name="4x128, T 64, batch 12", layers=4, dim=128, heads=4, length=64, batch=12, steps=10),
+              dict(name="4x256, T 256, batch 4", layers=4, dim=256, heads=8, length=256, batch=4, steps=4)]
+    lengths, repeats, compile_rope, smollm2 = [4096, 8192, 16384, 32768], 5, True, True
     if args.quick:
-        shapes = [dict(name="2x32, T 32, batch 4", layers=2, dim=32, heads=2, length=32, batch=4)]
-        lengths, steps, repeats, compile_rope, smollm2 = [256, 512], 2, 1, False, False
-    speed = {s["name"]: training_speed(s, steps, repeats, compile_rope) for s in shapes}
+        shapes = [dict(name="2x32, T 32, batch 4", layers=2, dim=32, heads=2, length=32, batch=4, steps=2)]
+        lengths, repeats, compile_rope, smollm2 = [256, 512], 1, False, False
+    speed = {s["name"]: training_speed(s, s["steps"], repeats, compile_rope) for s in shapes}
     memory = evaluation_memory(lengths, args.threads)
     hf = hf_patch_cost(512 if not args.quick else 64, repeats + 2, smollm2)
     runtime = time.perf_counter() - start
