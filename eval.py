@@ -1525,8 +1525,9 @@ def write_llm_results(results, plan, plan_name, factor, command, seconds, out_di
         return sum(r["accuracy"] for r in rows) / len(rows) if rows else float("nan")
 
     lines = [f"# Paper R on SmolLM2-135M-Instruct ({plan_name})\n",
-             f"`{command}`: {seconds / 60:.0f} min for the methods measured in this invocation (the per-method "
-             f"time, training included, is in the table; methods finished earlier were reused).\n",
+             f"`{command}`: {sum(r['seconds'] for r in results.values()) / 60:.0f} min in all on 2 CPU cores "
+             f"(each method's minutes, fine-tuning included, are in the table; a rerun reuses finished methods "
+             f"from runs/, and this invocation took {seconds / 60:.0f} min).\n",
              f"Fine-tuning: BABILong-style qa1 at {plan['train_len']} tokens, {plan['steps']} steps, full "
              f"fine-tuning; YaRN factor {factor:g} over the model's 8192; randomized positions from a range "
              f"growing from the sample length to {factor:g} x 8192 (ryarn). Evaluation: greedy exact match on "
@@ -1549,7 +1550,9 @@ def write_llm_results(results, plan, plan_name, factor, command, seconds, out_di
 
     def figure(plt):
         fig, ax = plt.subplots(figsize=(6, 3.8))
-        plot_curves(ax, {m: r["rows"] for m, r in results.items()}, "length", (0, 8192))
+        plot_curves(ax, {m: r["rows"] for m, r in results.items()}, "length")
+        ax.axvline(8192, color="grey", ls=":", lw=1)
+        ax.text(8192, 0.95, " 8192: the model's context", fontsize=7, color="grey")
         ax.set_title("SmolLM2-135M, BABILong-style qa1, exact match", fontsize=9)
         fig.tight_layout()
         return fig
