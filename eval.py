@@ -364,6 +364,12 @@ def fmt(s: dict, digits: int = 2) -> str:
     return f"{s['mean']:.{digits}f} [{s['min']:.{digits}f}, {s['max']:.{digits}f}]"
 
 
+def mean_sd(values, digits: int = 2) -> str:
+    """'0.93 ± 0.02' over seeds (sample sd); a single seed shows just its value."""
+    s = spread(values)
+    return f"{s['mean']:.{digits}f}" if len(s["values"]) == 1 else f"{s['mean']:.{digits}f} ± {s['sd']:.{digits}f}"
+
+
 def fmt_e(s: dict) -> str:
     return f"{s['mean']:.1e} [{s['min']:.1e}, {s['max']:.1e}]"
 
@@ -861,14 +867,6 @@ def over_seeds(curves: list[list[dict]], inside) -> dict:
             "ratio": (out_sum / in_sum.clamp(min=1e-9)).tolist()}
 
 
-def mean_sd(values: list[float], digits: int = 2) -> str:
-    """'0.93 ± 0.02' over seeds; a single seed shows just its value."""
-    t = torch.tensor(values)
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{float(t.mean()):.{digits}f} ± {float(t.std()):.{digits}f}"
-
-
 def mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
@@ -1339,10 +1337,6 @@ def ryarn_experiment(args) -> None:
 def ryarn_markdown(size, command, runtime, lengths, accuracy, beyond, claims, verdicts, device) -> str:
     L, s, seeds = size["length"], size["factor"], size["seeds"]
 
-    def pm(values):
-        stats = spread(values)
-        return f"{stats['mean']:.3f} ± {stats['sd']:.3f}"
-
     def diff(g):
         return (f"{g['task']}: {g['better']} − {g['worse']} = {g['mean']:+.3f} ± {g['sd']:.3f} "
                 f"[{g['min']:+.3f}, {g['max']:+.3f}]")
@@ -1379,7 +1373,7 @@ def ryarn_markdown(size, command, runtime, lengths, accuracy, beyond, claims, ve
         out += [f"### {task}", "", "| method | " + " | ".join(map(str, lengths)) + " | beyond L |",
                 "|---|" + "---:|" * (len(lengths) + 1)]
         for m, per_seed in by_method.items():
-            cells = [pm(list(a)) for a in zip(*per_seed)] + [pm(beyond[task][m])]
+            cells = [mean_sd(list(a), 3) for a in zip(*per_seed)] + [mean_sd(beyond[task][m], 3)]
             out.append(f"| {m} | " + " | ".join(cells) + " |")
         out.append("")
     chance = ", ".join(f"{t} 1/{tasks.task_options(t)['symbols']}" for t in accuracy)

@@ -53,12 +53,17 @@ def cli(script, *args):
                           cwd=ROOT, timeout=600)
 
 
-def test_ryarn_fine_tune_feeds_curriculum_positions_and_saves_yarn(tiny_llm, tmp_path):
+def fine_tune(tiny_llm, out, *args):
+    """train.py --llm on the tiny model (passkey task); returns the position ids the loop fed, step by step."""
     seen = []
-    out = str(tmp_path / "ryarn")
-    train.run(["--llm", tiny_llm, "--method", "ryarn", "--factor", "4", "--train-len", "128", "--steps", "4",
-               "--task", "passkey", "--threads", "1", "--quiet", "--out", out],
+    train.run(["--llm", tiny_llm, "--task", "passkey", "--threads", "1", "--quiet", "--out", out, *args],
               on_step=lambda step, ids, positions: seen.append(positions[0].clone()))
+    return seen
+
+
+def test_ryarn_fine_tune_feeds_curriculum_positions_and_saves_yarn(tiny_llm, tmp_path):
+    out = str(tmp_path / "ryarn")
+    seen = fine_tune(tiny_llm, out, "--method", "ryarn", "--factor", "4", "--train-len", "128", "--steps", "4")
     assert len(seen) == 4
     for p in seen:
         assert torch.all(p[1:] > p[:-1]) and p.min() >= 0  # sorted, distinct
@@ -82,11 +87,8 @@ def test_ryarn_fine_tune_feeds_curriculum_positions_and_saves_yarn(tiny_llm, tmp
 
 
 def test_ft_keeps_contiguous_positions_and_trains(tiny_llm, tmp_path):
-    seen = []
     out = str(tmp_path / "ft")
-    train.run(["--llm", tiny_llm, "--method", "ft", "--train-len", "96", "--steps", "12", "--lr", "3e-3",
-               "--task", "passkey", "--threads", "1", "--quiet", "--out", out],
-              on_step=lambda step, ids, positions: seen.append(positions[0].clone()))
+    seen = fine_tune(tiny_llm, out, "--method", "ft", "--train-len", "96", "--steps", "12", "--lr", "3e-3")
     assert all(torch.equal(p, torch.arange(len(p))) for p in seen)
     log = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]
     assert sum(r["loss"] for r in log[-3:]) < sum(r["loss"] for r in log[:3])  # answer-token loss falls
