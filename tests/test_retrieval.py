@@ -1,11 +1,12 @@
-"""Paper A's analysis in eval.py, each on a case whose answer is known, then the experiment's --quick run."""
+"""Paper A's analysis in experiments/retrieval.py, each on a case whose answer is known, then the experiment's --quick run."""
 import json
 import math
 
 import pytest
 import torch
 
-import eval as E
+import eval
+from experiments import retrieval as E
 import lengen
 
 
@@ -73,7 +74,7 @@ def test_law1_margin_is_recovered_from_training_lengths_only():
 def test_law2_exact_small_case_and_worked_numbers():
     # V = 2, two distractors, e^m = 1.5: wrong only when both distractors are the other symbol (1/4)
     assert E.law2_accuracy(3, math.log(1.5), 2) == pytest.approx(0.75, abs=0.01)
-    # REFERENCES sec. 2: V = 16, m = 2 gives A(64) ~ 0.94 and A(256) ~ 0.52
+    # Law 2's worked numbers (its half-accuracy point n ~ V e^(2m) / (2 ln V)): V = 16, m = 2 gives A(64) ~ 0.94 and A(256) ~ 0.52
     assert E.law2_accuracy(64, 2.0, 16) == pytest.approx(0.94, abs=0.02)
     assert E.law2_accuracy(256, 2.0, 16) == pytest.approx(0.52, abs=0.02)
 
@@ -97,7 +98,7 @@ def test_min_norm_interpolant_on_a_known_system():
 @pytest.mark.slow
 def test_quick_experiment_rope_extrapolates_and_is_equivariant(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # runs/ and results/ land in the temporary directory
-    assert E.main(["--experiment", "retrieval", "--quick", "--threads", "1"]) == 0
+    assert eval.main(["--experiment", "retrieval", "--quick", "--threads", "1"]) == 0
     data = json.loads((tmp_path / "results" / "retrieval.json").read_text())
     hi = data["train_max"]
 

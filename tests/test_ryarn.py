@@ -4,20 +4,21 @@ import json
 
 import torch
 
-import eval as experiments
+import eval
 import train
+from experiments import ryarn
 
-QUICK = experiments.RYARN_SIZES["quick"]
+QUICK = ryarn.SCALES["quick"]
 
 
 def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # runs/ and results/ land in the temporary directory
-    assert experiments.main(["--experiment", "ryarn", "--quick", "--threads", "1"]) == 0
+    assert eval.main(["--experiment", "ryarn", "--quick", "--threads", "1"]) == 0
     data = json.loads((tmp_path / "results" / "ryarn.json").read_text())
     L = QUICK["length"]
     assert data["lengths"] == [L, 2 * L, 4 * L, 8 * L]
-    for task in experiments.RYARN_TASKS:
-        for method in experiments.RYARN_LABELS:
+    for task in ryarn.RYARN_TASKS:
+        for method in ryarn.RYARN_LABELS:
             per_seed = data["accuracy"][task][method]
             assert len(per_seed) == len(QUICK["seeds"]) and all(len(acc) == 4 for acc in per_seed)
             assert all(0 <= a <= 1 for acc in per_seed for a in acc)
@@ -31,9 +32,9 @@ def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
 def test_ryarn_feeds_sorted_distinct_positions_beyond_L_on_a_widening_range(tmp_path):
     """What the loop fed the model under the experiment's own ryarn command line, not what a sampler can do."""
     L, s, seed, root = QUICK["length"], QUICK["factor"], 0, str(tmp_path)
-    train.run(experiments.ryarn_argv("copy", "pretrain", QUICK, seed, root, threads=1))
+    train.run(ryarn.ryarn_argv("copy", "pretrain", QUICK, seed, root, threads=1))
     fed = []
-    train.run(experiments.ryarn_argv("copy", "ryarn", QUICK, seed, root, threads=1),
+    train.run(ryarn.ryarn_argv("copy", "ryarn", QUICK, seed, root, threads=1),
               on_step=lambda step, x, positions: fed.append((step, x, positions)))
     assert [step for step, _, _ in fed] == list(range(QUICK["finetune"]))
     for _, x, positions in fed:

@@ -1,0 +1,11 @@
+"""The paper experiments, one file each, run by name: python eval.py --experiment NAME (bench: --bench).
+
+    retrieval.py  Paper A: why RoPE extrapolates on fixed-offset retrieval and learned absolute positions do not
+    distance.py   Paper D: distance generalization on delay copy and selective copy (NoPE, RoPE, ALiBi)
+    ryarn.py      Paper R: Randomized YaRN on the small GPT
+    llm.py        Paper R on a real LLM (SmolLM2-135M-Instruct)
+    bench.py      speed and memory
+
+Each has one SCALES dict (quick, default, full) and one run(args), and reads top to bottom: the building
+blocks with their formulas, the runs, the claims with their thresholds, the writers.
+"""

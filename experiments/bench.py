@@ -1,0 +1,272 @@
+"""Speed and memory: training speed per encoding against a plain reference, evaluation memory at long length,
+and the cost of patching a Hugging Face model.
+
+    python eval.py --bench                     # results/bench.{md,json}
+
+Machines here are shared and noisy, so every figure is a ratio measured in the same run, each timing the best
+of several repeats.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import platform
+import time
+
+import torch
+import torch.nn.functional as F
+
+import lengen
+from eval import command_line, scale_name, write_results
+
+BENCH_VARIANTS = [  # label, GPTConfig settings
+    ("nope", dict(encoding="nope")),
+    ("learned", dict(encoding="learned")),
+    ("sinusoidal", dict(encoding="sinusoidal")),
+    ("rope", dict(encoding="rope")),
+    ("rope+yarn", dict(encoding="rope", scaling="yarn", factor=4.0)),
+    ("alibi", dict(encoding="alibi")),
+    ("nope, linear", dict(encoding="nope", attention="linear")),
+    ("rope, linear", dict(encoding="rope", attention="linear")),
+]
+
+
+def plain_forward(model: lengen.GPT, idx: torch.Tensor) -> torch.Tensor:
+    """The same model written the plain way, as the speed reference: attention spelled out with a T x T
+    mask, RoPE's cos/sin recomputed in every layer of every step, ALiBi's T x T bias built in every layer.
+    It shares model's weights, and the bench checks it gives the same logits."""
+    cfg, pos = model.config, model.pos
+    B, T = idx.shape
+    H, D = cfg.n_head, cfg.d_model // cfg.n_head
+    positions = torch.arange(T)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    x = model.tok(idx)
+    if pos.acts_on == "input":
+        x = x + pos.embed(positions)
+    for block in model.blocks:
+        q, k, v = block.attn.qkv(block.ln1(x)).view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
+        if pos.acts_on == "qk":
+            phase = positions.float()[:, None] * pos.inv_freq[None]
+            cos = torch.cat((phase, phase), -1).cos() * pos.attention_scale
+            sin = torch.cat((phase, phase), -1).sin() * pos.attention_scale
+            q, k = q * cos + lengen.rotate_half(q) * sin, k * cos + lengen.rotate_half(k) * sin
+        scores = q @ k.transpose(-2, -1) / D ** 0.5  # (B, H, T, T)
+        if pos.acts_on == "logits":
+            scores = scores - pos.slopes[:, None, None] * (positions[:, None] - positions[None, :])
+        if cfg.attention == "linear":
+            weights = scores * causal
+        else:
+            weights = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        x = x + block.attn.proj((weights @ v).transpose(1, 2).reshape(B, T, H * D))
+        if block.mlp is not None:
+            x = x + block.mlp(block.ln2(x))
+    return model.head(model.ln_f(x))
+
+
+def best_times(fns: dict, repeats: int) -> dict:
+    """Best wall time of each function, the functions taking turns in every repeat so that a noisy
+    neighbour slows them all alike; one untimed warm-up call each."""
+    for fn in fns.values():
+        fn()
+    best = {name: float("inf") for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def training_speed(shape: dict, steps: int, repeats: int, compile_rope: bool) -> list[dict]:
+    """Tokens/s of full training steps (forward, backward, AdamW) for every variant, lengen vs plain."""
+    B, T = shape["batch"], shape["length"]
+    x = torch.randint(0, 64, (B, T), generator=torch.Generator().manual_seed(0))
+
+    def training(model, forward):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def go():
+            for _ in range(steps):
+                loss = F.cross_entropy(forward(x).flatten(0, 1), x.flatten())
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+        return go
+
+    fns = {}
+    for label, settings in BENCH_VARIANTS:
+        torch.manual_seed(0)
+        model = lengen.GPT(lengen.GPTConfig(vocab_size=64, n_layer=shape["layers"], n_head=shape["heads"],
+                                            d_model=shape["dim"], original_max_len=T, max_len=T, **settings))
+        with torch.no_grad():
+            assert torch.allclose(model(x), plain_forward(model, x), atol=1e-4), f"{label}: plain != lengen"
+        fns[label] = training(model, model)
+        fns[label, "plain"] = training(model, lambda i, m=model: plain_forward(m, i))
+        if compile_rope and label == "rope":
+            fns[label, "compiled"] = training(model, torch.compile(model))
+    best = best_times(fns, repeats)
+    rate = {name: B * T * steps / seconds for name, seconds in best.items()}
+    rows = []
+    for label, _ in BENCH_VARIANTS:
+        row = {"variant": label, "tokens_per_s": rate[label], "plain_tokens_per_s": rate[label, "plain"],
+               "cost_vs_nope": rate["nope"] / rate[label],  # > 1: slower than NoPE
+               "speedup_vs_plain": rate[label] / rate[label, "plain"]}
+        if (label, "compiled") in rate:
+            row["compiled_tokens_per_s"] = rate[label, "compiled"]
+        rows.append(row)
+    return rows
+
+
+def _resident_kib(field: str) -> int:
+    """VmRSS (resident now) or VmHWM (peak since the last reset) of this process, from Linux's /proc."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def _memory_probe(encoding: str, length: int, threads: int | None, result) -> None:
+    """Runs in a fresh process: reset the peak resident size (Linux: write 5 to /proc/self/clear_refs), run one
+    forward, and report how far the peak rose above what was resident before it, and the time."""
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = lengen.GPT(lengen.GPTConfig(vocab_size=64, n_layer=2, n_head=4, d_model=128, encoding=encoding,
+                                        max_len=length)).eval()
+    idx = torch.randint(0, 64, (1, length))
+    linux = os.path.exists("/proc/self/clear_refs")  # elsewhere the peak cannot be reset: time only
+    if linux:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _resident_kib("VmRSS")
+    start = time.perf_counter()
+    with torch.no_grad():
+        model(idx)
+    seconds = time.perf_counter() - start
+    result.put(((_resident_kib("VmHWM") - before) * 1024 if linux else float("nan"), seconds))
+
+
+def evaluation_memory(lengths: list[int], threads: int | None) -> list[dict]:
+    """Peak memory and time of one forward per encoding and length, each in a fresh process. The processes
+    run with glibc's MALLOC_MMAP_THRESHOLD_=65536, so every large tensor is returned to the system when freed:
+    with the default, the blocked ALiBi path's tensors of ever-growing width stay resident as heap fragments
+    (we measured 2-3 GB at 32K tokens instead of ~0.2 GB). Set it yourself for long ALiBi evaluations."""
+    import multiprocessing
+    context = multiprocessing.get_context("spawn")
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")  # read by each new process's allocator
+    rows = []
+    for encoding in lengen.ENCODINGS:
+        for length in lengths:
+            queue = context.Queue()
+            probe = context.Process(target=_memory_probe, args=(encoding, length, threads, queue))
+            probe.start()
+            extra, seconds = queue.get()
+            probe.join()
+            rows.append({"encoding": encoding, "length": length, "peak_mb": extra / 2 ** 20, "seconds": seconds})
+    return rows
+
+
+def hf_patch_cost(length: int, repeats: int, smollm2: bool) -> list[dict]:
+    """Forward time of a Hugging Face Llama before and after patch_hf_rope (YaRN x4): the same kernels run,
+    so the patch should cost nothing."""
+    try:
+        import transformers
+    except ImportError:
+        return []
+    models = []
+    config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=length)
+    torch.manual_seed(0)
+    models.append(("tiny random Llama", transformers.LlamaForCausalLM(config).eval(), length))
+    import hf
+    if smollm2 and hf.smollm2_gguf():
+        models.append(("SmolLM2-135M", hf.load_llm("smollm2")[0], 2048))
+    rows = []
+    for label, model, n in models:
+        ids = torch.randint(0, model.config.vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
+        head_dim = model.config.hidden_size // model.config.num_attention_heads
+        patched = copy.deepcopy(model)
+        lengen.patch_hf_rope(patched, *lengen.yarn_frequencies(head_dim, model.config.rope_parameters["rope_theta"],
+                                                               4.0, n))
+
+        def forward(m):
+            def go():
+                with torch.no_grad():
+                    m(ids, position_ids=torch.arange(n)[None], logits_to_keep=1)
+            return go
+
+        best = best_times({"unpatched": forward(model), "patched": forward(patched)}, repeats)
+        rows.append({"model": label, "length": n, "unpatched_s": best["unpatched"], "patched_s": best["patched"],
+                     "ratio": best["patched"] / best["unpatched"]})
+    return rows
+
+
+# Each shape: the model, and how many training steps one timed call runs; lengths: one forward each, for
+# memory; hf_length: the tiny Llama's tokens in the patch-cost probe.
+_DEFAULT = dict(shapes=[dict(name="4x128, T 64, batch 12", layers=4, dim=128, heads=4, length=64, batch=12, steps=10),
+                        dict(name="4x256, T 256, batch 4", layers=4, dim=256, heads=8, length=256, batch=4, steps=4)],
+                lengths=[4096, 8192, 16384, 32768], repeats=5, compile_rope=True, smollm2=True, hf_length=512)
+SCALES = {
+    "quick": dict(shapes=[dict(name="2x32, T 32, batch 4", layers=2, dim=32, heads=2, length=32, batch=4, steps=2)],
+                  lengths=[256, 512], repeats=1, compile_rope=False, smollm2=False, hf_length=64),
+    "default": _DEFAULT,
+    "full": _DEFAULT,  # the benchmark measures speed, not a paper's claim: its default is already its full size
+}
+
+
+def run(args) -> None:
+    start = time.perf_counter()
+    setup = SCALES[scale_name(args)]
+    lengths, repeats = setup["lengths"], setup["repeats"]
+    speed = {s["name"]: training_speed(s, s["steps"], repeats, setup["compile_rope"]) for s in setup["shapes"]}
+    memory = evaluation_memory(lengths, args.threads)
+    hf_rows = hf_patch_cost(setup["hf_length"], repeats + 2, setup["smollm2"])
+    runtime = time.perf_counter() - start
+
+    machine = (f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+               f"{torch.get_num_threads()} threads")
+    command = command_line(args)
+    md = [f"# Speed and memory\n\n`{command}` on {machine}; {runtime:.0f} s.\n",
+          "Timings are the best of repeats; ratios compare variants measured in the same run.\n"]
+    for name, rows in speed.items():
+        md += [f"\n## Training steps, {name}\n",
+               "| variant | tokens/s | cost vs NoPE | plain reference tokens/s | lengen vs plain |",
+               "|---|---:|---:|---:|---:|"]
+        md += [f"| {r['variant']} | {r['tokens_per_s']:,.0f} | {r['cost_vs_nope']:.2f}x | "
+               f"{r['plain_tokens_per_s']:,.0f} | {r['speedup_vs_plain']:.2f}x |" for r in rows]
+        compiled = [r for r in rows if "compiled_tokens_per_s" in r]
+        if compiled:
+            c = compiled[0]
+            md.append(f"\ntorch.compile (rope): {c['compiled_tokens_per_s']:,.0f} tokens/s, "
+                      f"{c['compiled_tokens_per_s'] / c['tokens_per_s']:.2f}x eager.")
+    md += ["\n## Evaluation at long length (2 layers x 128, 4 heads, batch 1, one forward)\n",
+           "| encoding | " + " | ".join(f"{n} tokens" for n in lengths) + f" | peak {lengths[-1]} / {lengths[-2]} |",
+           "|---|" + "---:|" * (len(lengths) + 1)]
+    for encoding in lengen.ENCODINGS:
+        rows = {r["length"]: r for r in memory if r["encoding"] == encoding}
+        cells = [f"{rows[n]['peak_mb']:.0f} MB, {rows[n]['seconds']:.1f} s" for n in lengths]
+        growth = rows[lengths[-1]]["peak_mb"] / max(rows[lengths[-2]]["peak_mb"], 1e-9)
+        md.append(f"| {encoding} | " + " | ".join(cells) + f" | {growth:.2f}x |")
+    if hf_rows:
+        md += ["\n## Patched Hugging Face forward (YaRN x4 through patch_hf_rope)\n",
+               "| model | tokens | unpatched | patched | ratio |", "|---|---:|---:|---:|---:|"]
+        md += [f"| {r['model']} | {r['length']} | {r['unpatched_s']:.3f} s | {r['patched_s']:.3f} s | "
+               f"{r['ratio']:.3f} |" for r in hf_rows]
+    first = next(iter(speed.values()))
+    by = {r["variant"]: r for r in first}
+    growths = [next(r for r in memory if r["encoding"] == e and r["length"] == lengths[-1])["peak_mb"] /
+               max(next(r for r in memory if r["encoding"] == e and r["length"] == lengths[-2])["peak_mb"], 1e-9)
+               for e in lengen.ENCODINGS]
+    targets = [("RoPE step cost <= 1.10x NoPE", by["rope"]["cost_vs_nope"], by["rope"]["cost_vs_nope"] <= 1.10),
+               ("YaRN step cost <= 1.10x NoPE", by["rope+yarn"]["cost_vs_nope"],
+                by["rope+yarn"]["cost_vs_nope"] <= 1.10),
+               ("lengen at least as fast as plain (worst variant)", min(r["speedup_vs_plain"] for r in first),
+                min(r["speedup_vs_plain"] for r in first) >= 1.0),
+               (f"peak memory {lengths[-1]} / {lengths[-2]} <= 2.2x (worst encoding)", max(growths),
+                max(growths) <= 2.2)]
+    if hf_rows:
+        worst = max(r["ratio"] for r in hf_rows)
+        targets.append(("patched HF forward <= 1.02x unpatched (worst model)", worst, worst <= 1.02))
+    md += [f"\n## Targets (first shape: {next(iter(speed))})\n", "| target | measured | met |", "|---|---:|---|"]
+    md += [f"| {name} | {value:.2f} | {'yes' if ok else 'no'} |" for name, value, ok in targets]
+    data = {"command": command, "machine": machine, "runtime_s": runtime, "training": speed, "memory": memory,
+            "hf": hf_rows, "targets": [{"target": n, "measured": v, "met": ok} for n, v, ok in targets]}
+    write_results("bench", "\n".join(md) + "\n", data, None, args.out_dir)
