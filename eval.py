@@ -204,6 +204,7 @@ def command_line(args, *extra: str) -> str:
     words += [f"--threads {args.threads}"] if args.threads else []
     words += [f"--device {args.device}"] if args.device != "cpu" else []
     words += [f"--out-dir {args.out_dir}"] if args.out_dir != "results" else []
+    words += [f"--jobs {args.jobs}"] if args.jobs != 1 else []
     return " ".join(words + list(extra))
 
 
@@ -217,6 +218,8 @@ def run_experiment(name: str, args) -> None:
     """Import experiments/NAME.py only now (it imports this module, not the other way round) and run it."""
     if name not in experiment_names() + ["bench"]:
         raise UsageError(f"unknown experiment '{name}'; choose from {', '.join(experiment_names())}")
+    if args.jobs != 1 and name != "llm" or args.jobs < 1:
+        raise UsageError("--jobs N >= 1 applies to --experiment llm (its methods are independent runs)")
     importlib.import_module(f"experiments.{name}").run(args)
 
 
@@ -247,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true", help="experiment: closer to paper scale (a GPU helps)")
     p.add_argument("--bench", action="store_true", help="speed and memory benchmark (results/bench.md)")
     p.add_argument("--out-dir", default="results", help="experiment or bench: where results go")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="experiment llm: run this many methods at once, each in its own process")
     return p
 
 

@@ -7,7 +7,9 @@ format prompts, generate and score. train.py (--llm) and eval.py import this onl
 """
 from __future__ import annotations
 
+import copy
 import importlib.util
+import inspect
 import os
 
 import torch
@@ -126,23 +128,100 @@ def load_for_eval(spec: str, device: str, scaling: str | None = None, factor: fl
     return model, tokenizer, label
 
 
+def decoder_hidden(model, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The decoder's last hidden states (1, T, d) for token ids at the given position ids, every token attending
+    to its whole prefix. The attention mask is passed even though it is all ones: with position ids that are
+    not 0..T-1 and no mask, transformers (v5, on the path without a KV cache, e.g. under gradient
+    checkpointing) reads every gap as the start of a new packed sequence and masks attention across it, so a
+    randomized-position sample would be cut into tiny pieces that never see each other."""
+    return model.get_decoder()(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids),
+                               use_cache=False).last_hidden_state
+
+
+def answer_ids(tokenizer, answer: str) -> list[int]:
+    """The answer's tokens as chat_ids appends them after the prompt (without the end of turn)."""
+    return tokenizer(answer, add_special_tokens=False).input_ids
+
+
 @torch.no_grad()
+def score_prompt(model, tokenizer, prompt: str, answer: str, candidates=(), device: str = "cpu",
+                 max_new_tokens: int = 16, bf16: bool = False) -> dict:
+    """Three scores of one prompt from one pass over it (contiguous positions, a KV cache):
+    - rank: where the answer's first token stands among the candidates' first tokens at the last prompt
+      position (1 = the model prefers the right answer to every other candidate; ties count half);
+    - logprob: log p(answer | prompt), the answer's tokens teacher-forced after the prompt;
+    - said / right: greedy decoding from the prompt, and whether the answer's words occur in what it said
+      (tasks.answer_matches).
+    bf16: run the forwards under bfloat16 autocast (about 3x faster on a CPU with AVX-512 BF16, as on a GPU);
+    log-probabilities are taken in float32 either way."""
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+        return _score_prompt(model, tokenizer, prompt, answer, candidates, device, max_new_tokens)
+
+
+def _score_prompt(model, tokenizer, prompt, answer, candidates, device, max_new_tokens) -> dict:
+    ids, n_prompt = chat_ids(tokenizer, prompt)
+    ids = ids.to(device)
+    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, logits_to_keep=1)
+    first = out.logits[0, -1].float().log_softmax(-1)  # the next token after the prompt
+    target = torch.tensor(answer_ids(tokenizer, answer), device=device)
+    rank = None
+    if candidates:
+        others = first[[answer_ids(tokenizer, c)[0] for c in candidates if c != answer]]
+        rank = 1 + float((others > first[target[0]]).sum()) + 0.5 * float((others == first[target[0]]).sum())
+    cache = _cache_keyword(model)
+    greedy_cache = copy.deepcopy(out.past_key_values)  # the teacher-forced answer extends the other copy
+    logprob = float(first[target[0]])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a few tokens at a time: tiny operations, where a second thread only waits
+    try:
+        if len(target) > 1:
+            forced = model(input_ids=target[None, :-1], **{cache: out.past_key_values}, use_cache=True,
+                           attention_mask=torch.ones(1, n_prompt + len(target) - 1, dtype=torch.long, device=device))
+            logprob += float(forced.logits[0].float().log_softmax(-1)[torch.arange(len(target) - 1), target[1:]].sum())
+        token, said = int(first.argmax()), []
+        while token != tokenizer.eos_token_id and len(said) < max_new_tokens:
+            said.append(token)
+            step = model(input_ids=torch.tensor([[token]], device=device), **{cache: greedy_cache}, use_cache=True,
+                         attention_mask=torch.ones(1, n_prompt + len(said), dtype=torch.long, device=device))
+            token = int(step.logits[0, -1].argmax())
+    finally:
+        torch.set_num_threads(threads)
+    said = tokenizer.decode(said, skip_special_tokens=True).strip()
+    return {"tokens": n_prompt, "logprob": logprob, "rank": rank, "said": said,
+            "right": tasks.answer_matches(said, answer)}
+
+
+def _cache_keyword(model) -> str:
+    """transformers 5.x renamed forward's past_key_values to cache (the old name warns, then goes away)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options: dict | None = None,
-                 device: str = "cpu", seed: int = 10 ** 9, bar=None) -> dict:
-    """Greedy exact match (tasks.answer_matches) on `samples` prompts of about `length` tokens. The seeds
-    lie far from the training samples' (train.py uses seed * 1,000,003 + step)."""
-    right, examples = [], []
+                 device: str = "cpu", seed: int = 10 ** 9, bar=None, bf16: bool = False) -> dict:
+    """Exact match (greedy), answer log-likelihood and candidate rank on `samples` prompts of about `length`
+    tokens, the same prompts for every model. Exact match has a 95 % Wilson interval; the answer's
+    log-probability and the fraction of prompts where the right candidate ranks first have mean +- 1.96
+    standard errors. The seeds lie far from the training samples' (train.py uses seed * 1,000,003 + i)."""
+    candidates = tasks.ANSWER_CANDIDATES.get(task, ())
+    scores = []
     for i in range(samples):
         prompt, answer = text_sample(tokenizer, task, length, seed + i, options or {})
-        ids, _ = chat_ids(tokenizer, prompt)
-        out = model.generate(ids.to(device), attention_mask=torch.ones_like(ids).to(device), max_new_tokens=16,
-                             do_sample=False, pad_token_id=tokenizer.eos_token_id)
-        said = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip()
-        right.append(float(tasks.answer_matches(said, answer)))
-        if len(examples) < 3:
-            examples.append({"tokens": ids.shape[1], "answer": answer, "said": said})
+        scores.append({"answer": answer, **score_prompt(model, tokenizer, prompt, answer, candidates, device,
+                                                        bf16=bf16)})
         if bar is not None:
             bar.update(1)
-    mean, low, high = train.interval(torch.tensor(right))
-    return {"length": length, "accuracy": mean, "low": low, "high": high, "samples": samples,
-            "examples": examples}
+    mean, low, high = train.interval(torch.tensor([float(s["right"]) for s in scores]))
+    row = {"length": length, "accuracy": mean, "low": low, "high": high, "samples": samples}
+    logprob = torch.tensor([s["logprob"] for s in scores])
+    row["logprob"], row["logprob_low"], row["logprob_high"] = _mean_interval(logprob)
+    if candidates:
+        first = torch.tensor([float(s["rank"] == 1) for s in scores])
+        row["top1"], row["top1_low"], row["top1_high"] = train.interval(first)
+        row["mean_rank"], row["candidates"] = float(torch.tensor([s["rank"] for s in scores]).mean()), len(candidates)
+    row["prompts"] = scores
+    return row
+
+
+def _mean_interval(values: torch.Tensor) -> tuple[float, float, float]:
+    half = 1.96 * float(values.std()) / len(values) ** 0.5 if len(values) > 1 else float("nan")
+    return float(values.mean()), float(values.mean()) - half, float(values.mean()) + half

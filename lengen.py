@@ -63,7 +63,8 @@ def dynamic_ntk_frequencies(dim: int, base: float, factor: float, original_max_l
 
 
 def yarn_frequencies(dim: int, base: float, factor: float, original_max_len: int, length: int | None = None, *,
-                     beta_fast: float = 32.0, beta_slow: float = 1.0, truncate: bool = True) -> tuple[torch.Tensor, float]:
+                     beta_fast: float = 32.0, beta_slow: float = 1.0,
+                     truncate: bool = True) -> tuple[torch.Tensor, float]:
     """YaRN (arXiv 2309.00071): inv_freq_i = (theta_i / s)(1 - w_i) + theta_i w_i, scale a = 0.1 ln s + 1.
 
     w_i is 1 for fast pairs (more than beta_fast turns within the original length L: keep them, they carry
@@ -225,14 +226,16 @@ POSITION_SAMPLERS = {
 class LengthCurriculum:
     """The range positions are drawn from, widened during training: curriculum(step) -> max_position.
 
-    Randomized YaRN (arXiv 2606.23687) grows it from the training length to the target, e.g. 8K -> 16K, so
-    the model meets far-away positions only after it has learned the task nearby. "linear" grows evenly,
-    "step" climbs `stages` equal stairs, the last at `end` (Paper R: 8K, 10K, 12K, 16K, 16K over epochs),
-    "cosine" slowly at both ends. Equals start at step 0, end from `steps` on. (Its `shape` is how the range
-    grows; a rotary "schedule" above is something else: how frequencies are scaled.)
+    Randomized YaRN (arXiv 2606.23687) grows it from the training length to about twice it, so the model
+    meets far-away positions only after it has learned the task nearby. Its one reported schedule, for data
+    under 8K tokens: 8K -> 10K -> 12K -> 16K -> 16K, five equal stages at 0, 1/4, 1/2, 1 and 1 of the way
+    from start to end, so the last two fifths hold the top ("paper-r"). "linear" grows evenly, "step" climbs
+    `stages` equal stairs, the last at `end`, "cosine" slowly at both ends. Every shape equals start at step
+    0 and end from `steps` on. (A shape is how the range grows; a rotary "schedule" above is something else.)
     """
 
-    SHAPES = ("linear", "step", "cosine")
+    SHAPES = ("paper-r", "linear", "step", "cosine")
+    PAPER_R_STAGES = (0.0, 0.25, 0.5, 1.0, 1.0)  # 8K, 10K, 12K, 16K, 16K as fractions of the way 8K -> 16K
 
     def __init__(self, start: int, end: int, steps: int, shape: str = "linear", stages: int = 4):
         if shape not in self.SHAPES:
@@ -245,7 +248,10 @@ class LengthCurriculum:
 
     def __call__(self, step: int) -> int:
         t = min(max(step / self.steps, 0.0), 1.0)
-        if self.shape == "step":
+        if self.shape == "paper-r":
+            stages = self.PAPER_R_STAGES
+            t = stages[min(int(t * len(stages)), len(stages) - 1)]
+        elif self.shape == "step":
             t = min(1.0, math.floor(t * self.stages) / (self.stages - 1))
         elif self.shape == "cosine":
             t = (1 - math.cos(math.pi * t)) / 2

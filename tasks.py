@@ -14,6 +14,8 @@ The tasks, in reading order:
 - retrieval, shift: fixed-offset retrieval (Paper A), with one query at the end or a target at every position.
 - copy, reverse, duplicate, associative_recall: algorithmic tasks in the style of Ruoss et al. (2305.16843),
   where randomized positions are known to help length generalization.
+- latest_recall: facts stated and restated among filler, the answer found by content and order (the kind of
+  question BABILong and MRCR ask, on which Paper R, 2606.23687, measures Randomized YaRN).
 - delay_copy, selective_copy, mixed_copy: the R/C/S token stream of Paper D (2609.11913), where a model
   must reproduce tokens it saw d steps earlier.
 
@@ -184,6 +186,46 @@ def associative_recall(batch, length, generator, keys=16, values=16):
     return x, y, mask
 
 
+def latest_recall(batch, length, generator, keys=8, values=8, statements=4, fillers=8):
+    """
+    Facts "key = value" stated and restated among filler, then a key as a query: answer with its latest value.
+
+    The answer is found by content and order, as in BABILong or MRCR, not at a fixed position: the queried key
+    is stated at least twice, with different values, and the facts sit at random places in the filler. So
+    where a fact is tells nothing; only which statement of the key comes last does.
+    Tokens: fillers 0..F-1, keys F..F+K-1, values F+K..F+K+V-1, QUERY = F+K+V. The first length-2 tokens are
+    filler with `statements` two-token facts (key, value) in random non-overlapping cells; then QUERY and the key.
+    Example, keys=2, values=4, statements=3, fillers=2, length=12 (keys 2, 3; values 4..7; QUERY 8; the facts are
+    3=6, 2=5, 3=4, at cells 1, 2, 4; the query is key 3, stated last with value 4):
+        x    = [ 0,  1,  3,  6,  2,  5,  1,  1,  3,  4,  8,  3]
+        y    = [ 0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  4]
+        mask = [ F,  F,  F,  F,  F,  F,  F,  F,  F,  F,  F,  T]
+    """
+    cells = (length - 2) // 2
+    if statements < 2 or cells < statements or values < 2:
+        raise ValueError(f"latest_recall needs statements >= 2, values >= 2 and length >= 2 * statements + 2, "
+                         f"got statements={statements}, values={values}, length={length}")
+    key0, value0, query = fillers, fillers + keys, fillers + keys + values
+    x = torch.randint(fillers, (batch, length), generator=generator)
+    y = torch.zeros_like(x)
+    for row in range(batch):
+        where = torch.randperm(cells, generator=generator)[:statements].sort().values  # the cells facts go in
+        fact_keys = torch.randint(keys, (statements,), generator=generator)
+        fact_values = torch.randint(values, (statements,), generator=generator)
+        asked = int(torch.randint(keys, (1,), generator=generator))
+        first, last = torch.randperm(statements, generator=generator)[:2].sort().values.tolist()
+        fact_keys[first] = fact_keys[last] = asked  # stated, then restated with another value
+        fact_values[last] = (fact_values[first] + 1 + torch.randint(values - 1, (1,), generator=generator)) % values
+        x[row, 2 * where] = key0 + fact_keys
+        x[row, 2 * where + 1] = value0 + fact_values
+        latest = int(torch.nonzero(fact_keys == asked).max())
+        x[row, -2:] = torch.tensor([query, key0 + asked])
+        y[row, -1] = value0 + fact_values[latest]
+    mask = torch.zeros(batch, length, dtype=torch.bool)
+    mask[:, -1] = True
+    return x, y, mask
+
+
 # -----------------------------------------------------------------------------
 # delay copy and selective copy (Paper D): a stream of episodes, cropped to a window
 #
@@ -347,6 +389,8 @@ TASKS: dict[str, Task] = {
     "duplicate": Task(duplicate, lambda symbols, **_: symbols + 2, "read n symbols, write them twice"),
     "associative_recall": Task(associative_recall, lambda keys, values, **_: keys + values + 1,
                                "key-value pairs, then a key: predict its value"),
+    "latest_recall": Task(latest_recall, lambda keys, values, fillers, **_: fillers + keys + values + 1,
+                          "facts key=value stated and restated among filler; a key: predict its latest value"),
     "delay_copy": Task(delay_copy, lambda symbols, **_: symbols + 2,
                        "Paper D's C task: reproduce m tokens after a delay of d fillers"),
     "selective_copy": Task(selective_copy, lambda symbols, **_: symbols + 2,
@@ -739,6 +783,8 @@ def mrcr(length, seed, count_tokens, needles=4, index=None):
 
 
 TEXT_TASKS: dict[str, Callable] = {"passkey": passkey, "babilong": babilong, "mrcr": mrcr}
+# Where every answer is one of a few words, a model can also be scored by how it ranks the right one among them.
+ANSWER_CANDIDATES = {"babilong": PLACES}
 
 
 def text_task_options(name):

@@ -86,7 +86,7 @@ def curriculum_spec(text: str) -> tuple[int, int, str]:
 
 
 # Task options the command line knows; each task takes the ones in its signature (tasks.task_options).
-TASK_FLAGS = {"symbols": int, "offset": int, "m": int, "keys": int, "values": int,
+TASK_FLAGS = {"symbols": int, "offset": int, "m": int, "keys": int, "values": int, "statements": int, "fillers": int,
               "delays": int_set, "selective_delays": int_set}
 
 
@@ -94,8 +94,14 @@ TASK_FLAGS = {"symbols": int, "offset": int, "m": int, "keys": int, "values": in
 LLM_METHODS = {"ft": (False, False), "yarn": (True, False), "rpe": (False, True), "ryarn": (True, True)}
 
 # Defaults that differ between a small GPT trained from scratch and an LLM being fine-tuned.
-DEFAULTS = {"small": {"train_len": (8, 24), "steps": 1000, "lr": 1e-3, "warmup": 100},
-            "llm": {"train_len": (512, 512), "steps": 40, "lr": 2e-5, "warmup": 4}}
+DEFAULTS = {"small": {"train_len": (8, 24), "steps": 1000, "lr": 1e-3, "warmup": 100, "batch": 32, "factor": 1.0},
+            "llm": {"train_len": (512, 512), "steps": 100, "lr": 2e-5, "warmup": 10, "batch": 1}}
+# YaRN's factor s when an LLM run uses YaRN (yarn, ryarn) and --factor is not given: 4, Qwen2.5's usual
+# long-context setting (Paper R does not report its s). s = 1 would be YaRN doing nothing, so it is refused.
+LLM_YARN_FACTOR = 4.0
+# Randomized positions on an LLM: the range tops out at this multiple of the training sample length, and
+# widens in Paper R's stages (its one reported schedule, 8K -> 10K -> 12K -> 16K -> 16K for data under 8K).
+LLM_RANGE, LLM_RANGE_SHAPE = 2.0, "paper-r"
 
 
 def build_parser() -> Parser:
@@ -116,7 +122,8 @@ def build_parser() -> Parser:
     model.add_argument("--linear-normalised", action="store_true")
     model.add_argument("--rope-base", type=float, default=10000.0)
     model.add_argument("--scaling", default="none", choices=tuple(lengen.SCHEDULES))
-    model.add_argument("--factor", type=float, default=1.0, help="rotary scaling factor s (>= 1)")
+    model.add_argument("--factor", type=float, default=None,
+                       help="rotary scaling factor s (>= 1; default 1; --llm yarn/ryarn: 4, and s = 1 is refused)")
     model.add_argument("--original-len", type=int, default=None,
                        help="the length L a schedule stretches (default: the longest training length)")
     model.add_argument("--max-len", type=int, default=None,
@@ -129,7 +136,8 @@ def build_parser() -> Parser:
                      help="widen the position range from START to END over training")
     opt = p.add_argument_group("optimisation")
     opt.add_argument("--steps", type=int, default=None, help="default 1000 (--llm: 40)")
-    opt.add_argument("--batch", type=int, default=32)
+    opt.add_argument("--batch", type=int, default=None,
+                     help="sequences per step (default 32; --llm: 1 sample per step, each its own forward)")
     opt.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-3; --llm: 2e-5)")
     opt.add_argument("--wd", type=float, default=0.0, help="AdamW weight decay on 2-D weights")
     opt.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 100; --llm: 4)")
@@ -145,14 +153,24 @@ def build_parser() -> Parser:
     run.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     run.add_argument("--compile", action="store_true",
                      help="torch.compile the training forward (see results/bench.md for whether it pays)")
-    run.add_argument("--eval-samples", type=int, default=256, help="sequences per length in the final table")
+    run.add_argument("--eval-samples", type=int, default=256,
+                     help="sequences per length in the final table (0: no final table)")
     run.add_argument("--quiet", action="store_true", help="no progress bar, no table")
     llm = p.add_argument_group("LLM (Paper R on a Hugging Face causal LM)")
     llm.add_argument("--llm", default=None, metavar="smollm2|DIR|FILE.gguf|HUB_ID",
                      help="fine-tune this model instead of a small GPT")
     llm.add_argument("--method", default=None, choices=tuple(LLM_METHODS), help="default: ryarn")
-    llm.add_argument("--no-curriculum", action="store_true", help="ryarn/rpe: sample from the full range at once")
+    llm.add_argument("--range", type=float, default=None, metavar="MULT",
+                     help=f"rpe/ryarn: positions are drawn from [0, MULT x the sample length) (default {LLM_RANGE:g}, "
+                          "Paper R's proportion)")
+    llm.add_argument("--range-shape", default=None, choices=lengen.LengthCurriculum.SHAPES,
+                     help=f"rpe/ryarn: how the range widens from 1x to MULT x the sample length (default "
+                          f"{LLM_RANGE_SHAPE}: 1, 1.25, 1.5, 2, 2 x for MULT 2, in equal stages)")
+    llm.add_argument("--no-curriculum", action="store_true",
+                     help="rpe/ryarn: the ablation: draw from the whole range from the first step")
     llm.add_argument("--lora", type=int, default=None, metavar="R", help="LoRA rank (needs peft)")
+    llm.add_argument("--bf16", action="store_true",
+                     help="bfloat16 autocast on the CPU too (always on CUDA): ~3x faster on a CPU with AVX-512 BF16")
     llm.add_argument("--facts", type=int, default=None, help="babilong: 1, 2 or 3 supporting facts")
     return p
 
@@ -162,15 +180,20 @@ def build_parser() -> Parser:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def resolve(args: argparse.Namespace) -> dict:
+def refuse_unused(args: argparse.Namespace, parser: argparse.ArgumentParser, flags, why) -> None:
+    """Options the run would ignore are refused, not silently dropped: why(flag) says what they are for."""
+    for flag in sorted(flags):
+        if getattr(args, flag) != parser.get_default(flag):
+            raise UsageError(f"--{flag.replace('_', '-')} {why(flag)}")
+
+
+def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     args.task = args.task or "retrieval"
     if args.task in tasks.TEXT_TASKS:
         raise UsageError(f"'{args.task}' is a text task for an LLM: add --llm smollm2 (or another model)")
-    llm_only = [f for f in ("method", "lora", "facts") if getattr(args, f) is not None]
-    if llm_only or args.no_curriculum:
-        raise UsageError(f"--{(llm_only or ['no-curriculum'])[0]} is for --llm runs")
+    refuse_unused(args, parser, LLM_ONLY, lambda flag: "is for --llm runs")
     check_runtime(args)
-    cfg = {k: v for k, v in vars(args).items() if k not in ("llm", "method", "no_curriculum", "lora", "facts")}
+    cfg = {k: v for k, v in vars(args).items() if k not in LLM_ONLY | {"llm"}}
     lo, hi = args.train_len
     given = {k: v for k, v in cfg.items() if k in TASK_FLAGS and v is not None}
     accepted = tasks.task_options(args.task)
@@ -199,9 +222,11 @@ def resolve(args: argparse.Namespace) -> dict:
     if args.encoding == "learned" and needed > cfg["max_len"]:
         raise UsageError(f"positions reach {needed} but the learned table has {cfg['max_len']} rows "
                          "(raise --max-len)")
-    for flag in ("steps", "batch", "save_every", "eval_samples", "layers", "heads", "dim", "max_len"):
+    for flag in ("steps", "batch", "save_every", "layers", "heads", "dim", "max_len"):
         if cfg[flag] < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
+    if cfg["eval_samples"] < 0:
+        raise UsageError("--eval-samples must be >= 0")
     cfg["vocab_size"] = tasks.vocab_size(args.task, **cfg["task_options"])
     for n in (lo, hi):  # the task fits every training length
         tasks.make_batch(args.task, 1, n, torch.Generator(), **cfg["task_options"])
@@ -524,20 +549,34 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
 # Fine-tuning a Hugging Face causal LM (Paper R); hf.py loads it and puts the schedule in
 # ---------------------------------------------------------------------------------------------------------
 
-# What an LLM run reads; every other option is the small GPT's, and --llm refuses it rather than ignore it.
-LLM_FLAGS = {"llm", "method", "no_curriculum", "lora", "facts", "task", "train_len", "steps", "lr", "wd", "warmup",
-             "seed", "factor", "out", "force", "resume", "device", "threads", "quiet"}
+# The options only an LLM run reads; and those both kinds read. --llm refuses every other one rather than
+# ignore it, and a small-GPT run refuses these.
+LLM_ONLY = {"method", "no_curriculum", "range", "range_shape", "lora", "facts", "bf16"}
+LLM_FLAGS = LLM_ONLY | {"llm", "task", "train_len", "steps", "batch", "lr", "wd", "warmup", "seed", "factor", "out",
+                        "force", "resume", "device", "threads", "quiet"}
 
 
 def resolve_llm(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     check_runtime(args)
-    for flag in sorted(set(vars(args)) - LLM_FLAGS):
-        if getattr(args, flag) != parser.get_default(flag):
-            why = (", --method chooses the schedule and positions" if flag in ("positions", "curriculum", "scaling",
-                                                                               "encoding", "max_position") else "")
-            raise UsageError(f"--{flag.replace('_', '-')} is for small-GPT runs, not --llm{why}")
+    refuse_unused(args, parser, set(vars(args)) - LLM_FLAGS, lambda flag: "is for small-GPT runs, not --llm" + (
+        ", --method chooses the schedule and positions" if flag in ("positions", "curriculum", "scaling", "encoding",
+                                                                    "max_position") else ""))
     cfg = dict(vars(args))
     cfg["method"] = args.method or "ryarn"
+    yarn, randomized = LLM_METHODS[cfg["method"]]
+    if not yarn and args.factor is not None:
+        raise UsageError(f"--factor is YaRN's: --method {cfg['method']} uses none (yarn and ryarn do)")
+    if not randomized:
+        refuse_unused(args, parser, ("range", "range_shape", "no_curriculum"),
+                      lambda flag: f"is for randomized positions: --method {cfg['method']} uses contiguous ones")
+    if yarn and args.factor is not None and args.factor <= 1:
+        raise UsageError(f"--factor {args.factor:g}: YaRN with s <= 1 is plain RoPE; give s > 1 "
+                         f"(default {LLM_YARN_FACTOR:g})")
+    cfg["factor"] = (args.factor or LLM_YARN_FACTOR) if yarn else 1.0
+    cfg["range"] = args.range if args.range is not None else LLM_RANGE
+    cfg["range_shape"] = args.range_shape or LLM_RANGE_SHAPE
+    if not cfg["range"] >= 1:
+        raise UsageError(f"--range {cfg['range']:g}: the range must hold the sample (>= 1 x its length)")
     cfg["task"] = args.task or "babilong"
     if cfg["task"] not in tasks.TEXT_TASKS:
         raise UsageError(f"--llm trains on a text task ({', '.join(tasks.TEXT_TASKS)}), not '{cfg['task']}'")
@@ -546,10 +585,8 @@ def resolve_llm(args: argparse.Namespace, parser: argparse.ArgumentParser) -> di
     cfg["task_options"] = options
     if args.train_len[0] != args.train_len[1]:
         raise UsageError("--llm takes one --train-len N (tokens per training sample)")
-    if args.factor < 1:
-        raise UsageError(f"scaling factor must be >= 1, got {args.factor}")
-    if args.steps < 1:
-        raise UsageError("--steps must be >= 1")
+    if args.steps < 1 or args.batch < 1:
+        raise UsageError("--steps and --batch must be >= 1")
     if args.lora is not None and importlib.util.find_spec("peft") is None:
         raise UsageError("--lora needs peft: pip install peft")
     cfg["out"] = args.out or os.path.join("runs", f"llm-{cfg['method']}-s{args.seed}")
@@ -576,14 +613,15 @@ def train_llm(cfg: dict, on_step=None):
     yarn, randomized = LLM_METHODS[cfg["method"]]
     cfg.update(scaling="yarn" if yarn else "none", original_len=original)
     hf.apply_llm_rope(model, cfg["scaling"], cfg["factor"])
-    # Randomized positions come from [0, M): M grows from the sample length to factor x L (Paper R's
-    # curriculum), or is factor x L from the start with --no-curriculum. Without --factor > 1, M = L.
-    top = int(cfg["factor"] * original)
-    curriculum = None if cfg["no_curriculum"] else lengen.LengthCurriculum(n, max(n, top), cfg["steps"])
+    # Randomized positions: n sorted distinct ids from [0, M) for an n-token sample. M is a multiple of the
+    # sample length: it widens from 1x to range x (Paper R's stages by default), or is range x from the first
+    # step with --no-curriculum.
+    top = int(round(cfg["range"] * n))
+    curriculum = lengen.LengthCurriculum(n, top, cfg["steps"], cfg["range_shape"]) if not cfg["no_curriculum"] \
+        else None
     cuda = cfg["device"].startswith("cuda")
     if cuda:
         model.gradient_checkpointing_enable()
-        model.config.use_cache = False
     if cfg["lora"]:
         import peft
         model = peft.get_peft_model(model, peft.LoraConfig(r=cfg["lora"], lora_alpha=2 * cfg["lora"],
@@ -592,37 +630,43 @@ def train_llm(cfg: dict, on_step=None):
     optimizer = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["wd"])
     torch.manual_seed(cfg["seed"])
     where = torch.Generator().manual_seed(cfg["seed"] + 2)
-    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    head = model.get_output_embeddings()
     write_config(out, cfg)
     log = open_log(out, fresh=True)
     bar = tqdm(range(cfg["steps"]), disable=cfg["quiet"], desc=os.path.basename(out))
     model.train()
     tick, tokens = time.perf_counter(), 0
     for step in bar:
-        prompt, answer = hf.text_sample(tokenizer, cfg["task"], n, cfg["seed"] * 1_000_003 + step,
-                                        cfg["task_options"])
-        ids, n_prompt = hf.chat_ids(tokenizer, prompt, answer)
-        T = ids.shape[1]
-        positions = torch.arange(T)[None]
-        if randomized:
-            positions = lengen.randomized_positions(1, T, max(T, curriculum(step) if curriculum else top), where)
-        if on_step:
-            on_step(step, ids, positions)
-        ids, positions = ids.to(cfg["device"]), positions.to(cfg["device"])
         set_learning_rate(optimizer, step, cfg)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
-            hidden = decoder(input_ids=ids, position_ids=positions).last_hidden_state
-            logits = head(hidden[:, n_prompt - 1:-1]).float()  # only the positions that predict the answer
-        loss = F.cross_entropy(logits[0], ids[0, n_prompt:])
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        M = curriculum(step) if curriculum else top
+        losses, highest = [], 0
+        # --batch samples per step, each its own forward (samples differ in length; nothing is padded); their
+        # gradients add up to the mean loss. Sample i of step t is the same text for every method.
+        for i in range(cfg["batch"]):
+            seed = cfg["seed"] * 1_000_003 + step * cfg["batch"] + i
+            prompt, answer = hf.text_sample(tokenizer, cfg["task"], n, seed, cfg["task_options"])
+            ids, n_prompt = hf.chat_ids(tokenizer, prompt, answer)
+            T = ids.shape[1]
+            positions = lengen.randomized_positions(1, T, max(T, M), where) if randomized else torch.arange(T)[None]
+            if on_step:
+                on_step(step, ids, positions)
+            ids, positions = ids.to(cfg["device"]), positions.to(cfg["device"])
+            with torch.autocast(torch.device(cfg["device"]).type, dtype=torch.bfloat16, enabled=cuda or cfg["bf16"]):
+                hidden = hf.decoder_hidden(model, ids, positions)
+                logits = head(hidden[:, n_prompt - 1:-1]).float()  # only the positions that predict the answer
+            loss = F.cross_entropy(logits[0], ids[0, n_prompt:])
+            (loss / cfg["batch"]).backward()
+            losses.append(loss.item())
+            highest = max(highest, int(positions.max()))
+            tokens += T
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        tokens += T
         rate = tokens / (time.perf_counter() - tick)
-        log.write(json.dumps({"step": step + 1, "loss": round(loss.item(), 5), "tokens": T,
-                              "max_position": int(positions.max()), "tokens_per_s": round(rate)}) + "\n")
-        bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{rate:,.0f}")
+        loss = sum(losses) / len(losses)
+        log.write(json.dumps({"step": step + 1, "loss": round(loss, 5), "range": M if randomized else None,
+                              "max_position": highest, "tokens_per_s": round(rate)}) + "\n")
+        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}")
     log.close()
     if cfg["lora"]:
         model = model.merge_and_unload()
@@ -665,10 +709,12 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
         cfg["train_len"], cfg["curriculum"] = tuple(cfg["train_len"]), cfg["curriculum"] and tuple(cfg["curriculum"])
     else:
         try:
-            cfg = resolve(args)
+            cfg = resolve(args, parser)
         except (ValueError, RuntimeError) as e:  # the task's and the model's own checks
             raise UsageError(str(e)) from None
     model, cfg = train(cfg, on_step)
+    if not cfg["eval_samples"]:  # the caller measures the model itself
+        return {"run": cfg["out"], "rows": []}
     rows, key = final_table(model, cfg)
     tmp = os.path.join(cfg["out"], "final.json.tmp")
     with open(tmp, "w") as f:

@@ -67,9 +67,11 @@ def distance_curve(setup: dict, scale: str, args, task: str, encoding: str, seed
     name = f"{task}-{encoding}-w{width}-d{delays[0]}-{delays[1]}" + \
         (f"-s{selective[0]}-{selective[1]}" if selective else "") + f"-seed{seed}"
     out = os.path.join("runs", "distance", scale, name)
-    argv = ["--task", task, "--train-len", str(setup["window"]), "--symbols", str(setup["symbols"]), "--m", str(setup["m"]),
+    argv = ["--task", task, "--train-len", str(setup["window"]), "--symbols", str(setup["symbols"]),
+            "--m", str(setup["m"]),
             "--delays", f"{delays[0]}:{delays[1]}", "--encoding", encoding, "--layers", str(setup["layers"]),
-            "--heads", str(setup["heads"]), "--dim", str(width), "--steps", str(setup["steps"]), "--batch", str(setup["batch"]),
+            "--heads", str(setup["heads"]), "--dim", str(width), "--steps", str(setup["steps"]),
+            "--batch", str(setup["batch"]),
             "--lr", str(setup["lr"]), "--warmup", str(setup["warmup"]), "--wd", str(setup["wd"]), "--seed", str(seed),
             "--eval-samples", str(setup["samples"]), "--device", args.device, "--out", out, "--force", "--quiet",
             # one thread: on a small shared CPU a tiny model trains fastest single-threaded (README)
@@ -236,11 +238,13 @@ def distance_markdown(setup, scale, command, runtime, threads, part_a, size, par
           f"{', '.join(map(str, setup['widths']))} |",
           "| MLP, dropout | ReLU, 0.1 | GELU, none (lengen's GPT; train.py has no dropout flag) |",
           f"| steps x batch | 40K x 64 | {setup['steps']} x {setup['batch']} |",
-          f"| lr, warm-up, weight decay | 3e-4, 3K, 0.05 (AdamW) | {setup['lr']:g}, {setup['warmup']}, {setup['wd']:g} (AdamW, "
+          "| lr, warm-up, weight decay | 3e-4, 3K, 0.05 (AdamW) | "
+          f"{setup['lr']:g}, {setup['warmup']}, {setup['wd']:g} (AdamW, "
           "cosine decay to a tenth) |",
           "| loss mask | R tokens, control tokens, first 18 positions | everything but reproduced tokens whose "
           "source lies inside the window (exact, instead of the first 18) |",
-          f"| seeds | best of 5 | (A) {setup['seeds']}, size 1, (B) {setup['diversity_seeds']}, (C) {setup['transfer_seeds']}; "
+          f"| seeds | best of 5 | (A) {setup['seeds']}, size 1, (B) {setup['diversity_seeds']}, "
+          f"(C) {setup['transfer_seeds']}; "
           "mean ± sd and the best seed (highest cumulative accuracy) |",
           f"| encodings | NoPE, RoPE, ALiBi | all three in size and (A); (B) "
           f"{', '.join(setup['diversity_encodings'])}; (C) {', '.join(setup['transfer_encodings'])} |"]
@@ -292,7 +296,8 @@ def distance_markdown(setup, scale, command, runtime, threads, part_a, size, par
     md += ["", *check_table(checks["B"]), f"\n**Verdict: {verdicts['B']}.**\n"]
 
     md += ["## (C) Transfer\n", f"Paper D: {PAPER_D_FINDINGS['C']}. Here: mixed_copy trains C on "
-           f"{span(setup['band'])} together with S on {span(setup['adjacent'])} (adjacent) or {span(setup['separated'])} "
+           f"{span(setup['band'])} together with S on {span(setup['adjacent'])} (adjacent) or "
+           f"{span(setup['separated'])} "
            "(separated), half the episodes each; C alone is the (A) model with the same seed. Both are measured "
            "on C, after the same number of steps, so the mixed model has seen half as many C episodes: where "
            "models are not converged, that alone can lower C in its own range. Cells: C's mean accuracy change "
@@ -409,7 +414,8 @@ def run(args) -> None:
     md, checks = distance_markdown(setup, scale, command, runtime, args.threads or 1, part_a, size, part_b, part_c)
     data = {"command": command, "scale": scale, "settings": setup, "runtime_s": runtime,
             "transfer_margin": TRANSFER_MARGIN,
-            "verdicts": {name: {"verdict": checks_verdict(c), "checks": [{"claim": claim, "measured": measured, "holds": ok}
+            "verdicts": {name: {"verdict": checks_verdict(c),
+                                "checks": [{"claim": claim, "measured": measured, "holds": ok}
                                                                   for claim, measured, ok in c]}
                          for name, c in checks.items()},
             "size": size, "A": part_a, "B": part_b, "C": part_c}

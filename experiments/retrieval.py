@@ -69,7 +69,8 @@ def rope_features(deltas: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
 def fit_carrier(kernel: torch.Tensor, inv_freq: torch.Tensor, deltas: torch.Tensor | None = None,
                 rcond: float | None = None) -> dict:
     """Least squares s(delta) ~ c + sum_r a_r cos(theta_r delta + phi_r) at the given offsets (default
-    0 .. len-1): Paper A's carrier, a sum of the head's rotary planes. Written as c + sum_r alpha_r cos + beta_r sin, alpha = a cos(phi),
+    0 .. len-1): Paper A's carrier, a sum of the head's rotary planes. Written as
+    c + sum_r alpha_r cos + beta_r sin, alpha = a cos(phi),
     beta = -a sin(phi). Planes slower than the window cannot be told apart and would trade huge, cancelling
     amplitudes: spread the offsets over the slowest wavelength, or give rcond (singular values below rcond x
     the largest are dropped, so those planes share what little they carry)."""
@@ -543,7 +544,8 @@ def retrieval_figure(data: dict, lengths: list[int]):
 def retrieval_markdown(data: dict, claims: list[dict]) -> str:
     lines = ["# Paper A: why RoPE extrapolates and learned absolute positions do not", "",
              "Paper A: \"Relative Positions Generalize, Absolute Positions Memorize\" (arXiv 2607.18759); claim 8 "
-             "is lengen's own question: which training recipe makes the head extrapolate cleanly. Every number below was printed by the command.", "",
+             "is lengen's own question: which training recipe makes the head extrapolate cleanly. Every number "
+             "below was printed by the command.", "",
              f"Command: `{data['command']}` ({data['scale']} scale), runtime {data['runtime_s']:.0f} s with "
              f"{data['threads']} torch thread(s).", "",
              f"Setup: retrieval over {data['symbols']} symbols (chance {1 / data['symbols']:.3f}), offsets k = "
@@ -585,8 +587,9 @@ def run(args) -> None:
                                  "--steps", str(setup["steps"]), "--seed", str(seed), *extra]
 
     data = {"command": command_line(args),
-            "scale": scale, "threads": threads, "symbols": SYMBOLS, "offsets": setup["offsets"], "seeds": setup["seeds"],
-            "steps": setup["steps"], "train_max": hi, "controls": setup["controls"], "rope_planes": HEAD_DIM // 2, "runs": [],
+            "scale": scale, "threads": threads, "symbols": SYMBOLS, "offsets": setup["offsets"],
+            "seeds": setup["seeds"], "steps": setup["steps"], "train_max": hi, "controls": setup["controls"],
+            "rope_planes": HEAD_DIM // 2, "runs": [],
             "transfer": [], "sweep": {"baseline": []}}
     k0 = setup["offsets"][0]
     for k in setup["offsets"]:

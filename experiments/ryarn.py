@@ -1,211 +1,292 @@
-"""Paper R (Randomized YaRN, arXiv 2606.23687) on the small GPT.
+"""Paper R (Randomized YaRN, arXiv 2606.23687) on the small GPT, tested on a task where it can win.
 
     python eval.py --experiment ryarn          # results/ryarn.{md,json,png}
 
 Paper R fine-tunes a model pretrained at context L on short data, giving every token a YaRN rotary encoding
-(factor s) at a position drawn from a range that a curriculum widens from L to sL, and evaluates with
-ordinary contiguous positions far beyond L. Here the "pretrained model" is a small RoPE GPT trained on the
-task itself at lengths <= L with contiguous positions; every method then fine-tunes it for the same number
-of steps on the same lengths, and all are evaluated at L, 2L, 4L and 8L.
+(factor s) at a position drawn from a range that a curriculum widens from the training length to about
+twice it, then evaluates with ordinary contiguous positions far beyond L. Its benchmarks (BABILong, MRCR)
+find the answer by content among distractors, where order matters. The main task here is of that kind:
+tasks.latest_recall, facts key=value stated and restated among filler, then a key: answer with its latest
+value. Copy and fixed-offset retrieval are kept as controls: they define the answer by position, which is
+exactly what random gaps between positions take away.
+
+Read top to bottom: the setup and every method's train.py flags; training and measuring; the claims with
+their thresholds; the markdown and the figure; run(args).
 """
 from __future__ import annotations
 
 import os
 import time
 
-import torch
 from tqdm import tqdm
 
 import tasks
 import train
 from eval import command_line, mean_sd, paired_gain, plot_curves, scale_name, spread, verdict, write_results
 
-# The default finishes in minutes on one CPU thread.
+# ---------------------------------------------------------------------------------------------------------
+# The setup
+# ---------------------------------------------------------------------------------------------------------
+
+# The pretrained model: a RoPE GPT (train.py's defaults: 2 layers, 2 heads, d_model 64) trained on the task at
+# lengths L/2..L with contiguous positions, so its original context is L. Fine-tuning keeps those lengths.
+# YaRN's factor s makes sL = 16L, the longest evaluated length; inference may stretch further (s' = 2s).
+# Randomized positions come from [0, M), M widening from L to range x L in Paper R's stages (1, 1.25, 1.5,
+# 2, 2 x; lengen.LengthCurriculum "paper-r"); "-nocurr" draws from [0, range x L) from the first step.
+# The default shares one pretrained model among the fine-tuning seeds; "full" pretrains one per seed.
 SCALES = {
-    "quick": {"length": 8, "factor": 4, "pretrain": 60, "finetune": 30, "seeds": (0,), "samples": 32},
-    "default": {"length": 16, "factor": 8, "pretrain": 1200, "finetune": 800, "seeds": (0, 1, 2), "samples": 256},
-    "full": {"length": 32, "factor": 8, "pretrain": 6000, "finetune": 3000, "seeds": (0, 1, 2, 3, 4),
-             "samples": 512},
+    "quick": dict(L=24, factor=16, pretrain=150, finetune=30, seeds=(0,), shared_base=True, samples=32,
+                  ranges=(2, 4), control_pretrain=60, control_finetune=20),
+    "default": dict(L=32, factor=16, pretrain=10000, finetune=800, seeds=(0, 1, 2), shared_base=True,
+                    samples=256, ranges=(2, 4, 8), control_pretrain=1500, control_finetune=400),
+    "full": dict(L=32, factor=16, pretrain=20000, finetune=2000, seeds=(0, 1, 2, 3, 4), shared_base=False,
+                 samples=1024, ranges=(2, 4, 8, 16), control_pretrain=4000, control_finetune=1000),
 }
-# copy: an algorithmic task where RoPE fails past its training length (Ruoss et al., arXiv 2305.16843);
-# retrieval: Paper A's fixed-offset task, where RoPE extrapolates only partly (attention dilution).
-RYARN_TASKS = ("copy", "retrieval")
-RYARN_THRESHOLD = 0.05  # a gain counts when it is >= 5 accuracy points on average and positive in every seed
-# Every curve of the comparison: Paper R's baselines, its method and its ablation.
-RYARN_LABELS = {
+TASK = "latest_recall"
+TASK_OPTIONS = {"keys": 8, "values": 8, "statements": 4, "fillers": 8}  # chance 1/8; half of the facts' keys
+CONTROLS = ("copy", "retrieval")                                          # repeat, so order decides
+MULTIPLES = (1, 2, 4, 8, 16)  # evaluation lengths, as multiples of L
+THRESHOLD = 0.05  # a gain counts when it is >= 5 accuracy points on average and positive in every seed
+
+METHODS = {  # label: (what it is, its fine-tuning flags given L, s and the range multiple)
     "zero-shot": "the pretrained model, no fine-tuning, plain RoPE",
     "zero-shot+yarn": "the same weights read with YaRN (factor s) at inference only",
     "ft": "plain fine-tuning: plain RoPE, contiguous positions",
-    "yarn": "fine-tuning with YaRN (factor s), contiguous positions",
-    "rpe": "fine-tuning with randomized positions from [0, sL), plain RoPE",
-    "ryarn": "Randomized YaRN: YaRN + randomized positions, range widened from L to sL",
-    "ryarn-nocurr": "Randomized YaRN without the curriculum: positions from [0, sL) from the first step",
+    "yarn": "fine-tuning with YaRN (factor s), contiguous positions (Paper R's \"trained YaRN\")",
+    "rpe": "randomized positions with the curriculum, plain RoPE (Paper R's RPE baseline)",
+    "ryarn": "Randomized YaRN: YaRN + randomized positions, range widened from L to 2L in Paper R's stages",
+    "rpe-nocurr": "RPE without the curriculum: positions from [0, 2L) from the first step",
+    "ryarn-nocurr": "Randomized YaRN without the curriculum: positions from [0, 2L) from the first step",
 }
 
 
-def ryarn_methods(L: int, s: int) -> dict[str, list[str]]:
-    """The fine-tuning flags of each method in Paper R's comparison (train.py options)."""
+def method_flags(method: str, L: int, s: float, top: int = 2) -> list[str]:
+    """train.py flags of a fine-tuning method; `top` is where the position range ends, as a multiple of L."""
     yarn = ["--scaling", "yarn", "--factor", str(s), "--original-len", str(L)]
-    return {
-        "ft": [],                                                            # plain fine-tuning
-        "yarn": yarn,                                                        # "trained YaRN"
-        "rpe": ["--positions", "randomized", "--max-position", str(s * L)],  # random positions, no YaRN
-        "ryarn": yarn + ["--positions", "randomized", "--curriculum", f"{L}:{s * L}"],
-        "ryarn-nocurr": yarn + ["--positions", "randomized", "--max-position", str(s * L)],  # the ablation
-    }
+    curriculum = ["--positions", "randomized", "--curriculum", f"{L}:{top * L}:paper-r"]
+    whole_range = ["--positions", "randomized", "--max-position", str(top * L)]
+    return {"ft": [], "yarn": yarn, "rpe": curriculum, "ryarn": yarn + curriculum,
+            "rpe-nocurr": whole_range, "ryarn-nocurr": yarn + whole_range}[method]
 
 
-def ryarn_argv(task: str, method: str, setup: dict, seed: int, root: str, threads=None, device="cpu") -> list[str]:
-    """The train.py command line of one run: "pretrain" or one of ryarn_methods, which start from it.
+# ---------------------------------------------------------------------------------------------------------
+# Training and measuring
+# ---------------------------------------------------------------------------------------------------------
 
-    --force retrains every run, so the committed numbers always come from this command; fine-tuning starts
-    from trained weights, so a short warm-up suffices.
-    """
-    L = setup["length"]
-    argv = ["--task", task, "--train-len", f"{L // 2}:{L}", "--seed", str(seed), "--eval-samples",
-            str(setup["samples"]), "--device", device, "--out", os.path.join(root, method), "--force", "--quiet"]
-    argv += ["--threads", str(threads)] if threads else []
-    if method == "pretrain":
-        return argv + ["--steps", str(setup["pretrain"])]
-    return argv + ["--steps", str(setup["finetune"]), "--init", os.path.join(root, "pretrain"),
-                   "--warmup", "20"] + ryarn_methods(L, setup["factor"])[method]
 
+def task_flags(task: str) -> list[str]:
+    options = TASK_OPTIONS if task == TASK else {}
+    return ["--task", task] + [word for key, value in options.items() for word in (f"--{key}", str(value))]
+
+
+def train_argv(task: str, out: str, L: int, steps: int, seed: int, args, *extra: str) -> list[str]:
+    """One train.py command line: lengths L/2..L, no final table (the experiment measures every model on the
+    same sequences itself), --force so that every number comes from this run."""
+    return task_flags(task) + ["--train-len", f"{L // 2}:{L}", "--steps", str(steps), "--seed", str(seed),
+                               "--threads", str(args.threads or 1), "--device", args.device, "--out", out,
+                               "--eval-samples", "0", "--force", "--quiet", *extra]
+
+
+def finetune_argv(task, root, base, method, setup, seed, args, top=2) -> list[str]:
+    """Fine-tune from the pretrained run `base`; a short warm-up, since the weights are trained already."""
+    name = method if top == 2 else f"{method}-range{top}"
+    return train_argv(task, os.path.join(root, f"{name}-s{seed}"), setup["L"], setup["finetune"], seed, args,
+                      "--init", base, "--warmup", "20", *method_flags(method, setup["L"], setup["factor"], top))
+
+
+def accuracies(run_dir: str, task: str, setup: dict, args, factor: float | None = None) -> list[float]:
+    """Accuracy at every evaluated length, with contiguous positions; the same sequences for every model
+    (train.evaluate draws them from one fixed seed). factor: read the model with YaRN x factor instead."""
+    L = setup["L"]
+    overrides = {"scaling": "yarn", "factor": factor, "original_len": L} if factor else {}
+    model, cfg = train.load_run(run_dir, args.device, **overrides)
+    return [train.evaluate(model, task, m * L, cfg["task_options"], setup["samples"], device=args.device)["accuracy"]
+            for m in MULTIPLES]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The claims
+# ---------------------------------------------------------------------------------------------------------
+
+def beyond(acc: list[float]) -> float:
+    """A model's mean accuracy beyond L (2L .. 16L): the number every comparison below is about."""
+    return sum(acc[1:]) / len(acc[1:])
+
+
+PAPER = {  # what Paper R reports (secondary source, OOD averages on Qwen2.5-7B)
+    "ryarn > yarn > ft beyond L": "trained YaRN -> Randomized YaRN: BABILong 81.3 -> 90.3, MRCR 59.3 -> 72.7; "
+                                  "trained YaRN above plain fine-tuning",
+    "ryarn > rpe beyond L": "RPE is the baseline Randomized YaRN beats (MRCR with the curriculum: 75.1 vs 77.3)",
+    "the curriculum helps": "without it MRCR drops by 18.3 points for RPE (75.1 -> 56.8) and by 7.9 for "
+                            "Randomized YaRN (77.3 -> 69.4)",
+}
+CLAIMS = {"ryarn > yarn > ft beyond L": [("ryarn", "yarn"), ("yarn", "ft")],
+          "ryarn > rpe beyond L": [("ryarn", "rpe")],
+          "the curriculum helps": [("ryarn", "ryarn-nocurr"), ("rpe", "rpe-nocurr")]}
+
+
+def claims(accuracy: dict) -> dict:
+    """Each claim: its seed-paired gains beyond L and a verdict (all gains hold / some / none)."""
+    out = {}
+    for claim, pairs in CLAIMS.items():
+        gains = [{"better": b, "worse": w, **paired_gain([beyond(a) for a in accuracy[b]],
+                                                         [beyond(a) for a in accuracy[w]], THRESHOLD)}
+                 for b, w in pairs]
+        out[claim] = {"gains": gains, "verdict": verdict(all(g["holds"] for g in gains),
+                                                         any(g["holds"] for g in gains))}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The markdown and the figure
+# ---------------------------------------------------------------------------------------------------------
+
+def accuracy_table(by_method: dict, lengths: list[int]) -> list[str]:
+    rows = ["| method | " + " | ".join(map(str, lengths)) + " | beyond L |", "|---|" + "---:|" * (len(lengths) + 1)]
+    for method, per_seed in by_method.items():
+        cells = [mean_sd(list(a), 3) for a in zip(*per_seed)] + [mean_sd([beyond(a) for a in per_seed], 3)]
+        rows.append(f"| {method} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def markdown(data: dict) -> str:
+    setup, L, s = data["settings"], data["settings"]["L"], data["settings"]["factor"]
+    lengths = [m * L for m in MULTIPLES]
+    seeds = ", ".join(map(str, setup["seeds"]))
+    base = "one pretrained model shared by the fine-tuning seeds" if setup["shared_base"] else \
+        "one pretrained model per seed"
+    runtime = data["runtime"]
+    out = [
+        "# Randomized YaRN (Paper R, arXiv 2606.23687) on a small GPT", "",
+        f"Command: `{data['command']}`  ",
+        f"Runtime: {runtime['wall_s'] / 60:.1f} min wall clock, {runtime['cpu_s'] / 60:.1f} min of CPU time "
+        f"({runtime['threads']} torch thread(s), {runtime['cores']} cores, shared with other work).", "",
+        f"**Setup.** Task `{TASK}` ({', '.join(f'{k}={v}' for k, v in TASK_OPTIONS.items())}; chance "
+        f"1/{TASK_OPTIONS['values']}): facts key=value among filler, the queried key stated at least twice with "
+        f"different values, answer its latest value. A RoPE GPT (2 layers, 2 heads, d_model 64) is pretrained "
+        f"for {setup['pretrain']} steps at lengths {L // 2}..{L} with contiguous positions ({base}), so L = {L}. "
+        f"Each method then fine-tunes it for {setup['finetune']} steps at the same lengths. YaRN: s = {s} over "
+        f"L (sL = {s * L}). Randomized positions: n sorted distinct ids from [0, M), M widening from L to 2L in "
+        f"Paper R's stages (1, 1.25, 1.5, 2, 2 x L, equal stages), the default of train.py --llm too. Evaluation: "
+        f"contiguous positions at {', '.join(map(str, lengths))}, the same {setup['samples']} sequences per "
+        f"length for every model; fine-tuning seeds {seeds}. \"Beyond L\" is a model's mean accuracy at "
+        f"{', '.join(map(str, lengths[1:]))}; the sampled range ends at 2L, well inside that.", "",
+        "## Claims", "",
+        f"A claim holds when every seed-paired difference of beyond-L accuracy is >= +{THRESHOLD} on average and "
+        "> 0 in every seed (threshold fixed before the run).", "",
+        "| claim | Paper R | measured: better − worse, mean ± sd [min, max] over seeds | verdict |",
+        "|---|---|---|---|"]
+    for claim, result in data["claims"].items():
+        cells = "<br>".join(f"{g['better']} − {g['worse']} = {g['mean']:+.3f} ± {g['sd']:.3f} "
+                            f"[{g['min']:+.3f}, {g['max']:+.3f}]" for g in result["gains"])
+        out.append(f"| {claim} | {PAPER[claim]} | {cells} | **{result['verdict']}** |")
+    out += ["", f"## `{TASK}`: accuracy by length (mean ± sd over seeds)", ""]
+    out += accuracy_table(data["accuracy"], lengths)
+    out += ["", "Methods: " + "; ".join(f"`{m}`: {what}" for m, what in METHODS.items()) + ".", "",
+            "## How far to randomize: the top of the range (ryarn)", "",
+            f"The same recipe with the range widened to 2L, 4L, ... ({', '.join(f'{r}L' for r in setup['ranges'])}); "
+            f"and the 2L model read at inference with a larger factor s' = {2 * s}.", ""]
+    out += accuracy_table(data["sweep"], lengths)
+    sweep = {name: spread([beyond(a) for a in per_seed])["mean"] for name, per_seed in data["sweep"].items()}
+    best = max(sweep, key=sweep.get)
+    out += ["", f"Best beyond L: `{best}` ({sweep[best]:.3f}).", "",
+            "## Controls: copy and fixed-offset retrieval", "",
+            "Both define the answer by position, which is what random gaps take away: in copy the i-th output is "
+            "the token exactly n + 1 places back, in retrieval the token exactly k places back, and with gaps "
+            "between positions \"n + 1 places back\" no longer has one rotary phase. Randomized positions are "
+            "not expected to help here. One seed, one pretrained model each.", ""]
+    for task, by_method in data["controls"].items():
+        out += [f"### {task} (chance 1/{tasks.task_options(task)['symbols']})", ""]
+        out += accuracy_table(by_method, lengths) + [""]
+    out += ["Every number: `results/ryarn.json`. Figure: `results/ryarn.png`."]
+    return "\n".join(out) + "\n"
+
+
+def figure(data: dict):
+    L, lengths = data["settings"]["L"], [m * data["settings"]["L"] for m in MULTIPLES]
+
+    def curves(by_method):  # mean over seeds, band from the worst to the best seed
+        return {m: [{"length": n, "accuracy": spread(list(a))["mean"], "low": min(a), "high": max(a)}
+                    for n, a in zip(lengths, zip(*per_seed))] for m, per_seed in by_method.items()}
+
+    def draw(plt):
+        panels = [(f"{TASK}: every method", data["accuracy"]), ("ryarn: the top of the range, and s'", data["sweep"])]
+        panels += [(f"control: {task}", by) for task, by in data["controls"].items()]
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.4))
+        for ax, (title, by_method) in zip(axes, panels):
+            plot_curves(ax, curves(by_method), "length", (L // 2, L))
+            for line in ax.get_lines():
+                if line.get_label().startswith("zero-shot"):
+                    line.set_linestyle("--")
+                if line.get_label() == "ryarn":
+                    line.set_linewidth(2.5)
+            ax.axvline(2 * L, color="grey", ls=":", lw=1)  # the top of the sampled range
+            ax.set_xticks(lengths, [str(n) for n in lengths])
+            ax.minorticks_off()
+            ax.set_title(title, fontsize=9)
+        fig.suptitle(f"Randomized YaRN on a small GPT (L = {L}, s = {data['settings']['factor']}; dotted: top of "
+                     f"the sampled range; bands: min-max over seeds)", fontsize=10)
+        fig.tight_layout()
+        return fig
+
+    return draw
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------------------
 
 def run(args) -> None:
     scale = scale_name(args)
     setup = SCALES[scale]
-    L, s = setup["length"], setup["factor"]
-    lengths = [L, 2 * L, 4 * L, 8 * L]  # train.py's final table: 1, 2, 4 and 8 times the longest training length
-    methods = list(RYARN_LABELS)
-    command = command_line(args)
+    L, s = setup["L"], setup["factor"]
+    root = os.path.join("runs", "ryarn", scale)
     start, cpu_start = time.perf_counter(), time.process_time()
-    # accuracy[task][method][seed] = accuracies at `lengths`
-    accuracy = {task: {m: [] for m in methods} for task in RYARN_TASKS}
-    runs = ["pretrain", *ryarn_methods(L, s)]  # every fine-tune starts from this seed's pretrained run
-    bar = tqdm(total=len(RYARN_TASKS) * len(setup["seeds"]) * len(runs), desc="ryarn")
-    for task in RYARN_TASKS:
-        for seed in setup["seeds"]:
-            root = os.path.join("runs", "ryarn", scale, task, f"s{seed}")
-            for method in runs:
-                bar.set_postfix_str(f"{task} seed {seed} {method}")
-                rows = train.run(ryarn_argv(task, method, setup, seed, root, args.threads, args.device))["rows"]
-                accuracy[task]["zero-shot" if method == "pretrain" else method].append([r["accuracy"] for r in rows])
-                bar.update(1)
-            # Paper R's zero-shot baseline with inference-time YaRN: the pretrained weights, stretched by s
-            model, cfg = train.load_run(os.path.join(root, "pretrain"), args.device, scaling="yarn", factor=s,
-                                        original_len=L)
-            accuracy[task]["zero-shot+yarn"].append(
-                [train.evaluate(model, task, n, cfg["task_options"], setup["samples"], device=args.device)["accuracy"]
-                 for n in lengths])
+    fine_tunes = list(METHODS)[2:]
+    bases = 1 if setup["shared_base"] else len(setup["seeds"])
+    total = bases + len(setup["seeds"]) * (len(fine_tunes) + len(setup["ranges"]) - 1) + len(CONTROLS) * 4
+    bar = tqdm(total=total, desc="ryarn")
+
+    def fit(argv):
+        bar.set_postfix_str(os.path.relpath(argv[argv.index("--out") + 1], root))
+        out = train.run(argv)["run"]
+        bar.update(1)
+        return out
+
+    # accuracy[method][seed] = accuracies at MULTIPLES x L; the same for the sweep and the controls
+    accuracy = {m: [] for m in METHODS}
+    sweep = {f"ryarn, range {r}L": [] for r in setup["ranges"]} | {f"ryarn, range 2L, s' = {2 * s}": []}
+    base = None
+    for seed in setup["seeds"]:
+        if base is None or not setup["shared_base"]:  # a shared base is measured once, then paired with each seed
+            base = fit(train_argv(TASK, os.path.join(root, TASK, f"pretrain-s{seed}"), L, setup["pretrain"],
+                                  seed, args))
+            zero_shot = accuracies(base, TASK, setup, args), accuracies(base, TASK, setup, args, factor=s)
+        accuracy["zero-shot"].append(zero_shot[0])
+        accuracy["zero-shot+yarn"].append(zero_shot[1])
+        for method in fine_tunes:
+            accuracy[method].append(accuracies(fit(finetune_argv(TASK, os.path.join(root, TASK), base, method, setup,
+                                                                 seed, args)), TASK, setup, args))
+        ryarn_run = os.path.join(root, TASK, f"ryarn-s{seed}")
+        sweep[f"ryarn, range {2}L"].append(accuracy["ryarn"][-1])
+        sweep[f"ryarn, range 2L, s' = {2 * s}"].append(accuracies(ryarn_run, TASK, setup, args, factor=2 * s))
+        for top in setup["ranges"][1:]:
+            sweep[f"ryarn, range {top}L"].append(accuracies(
+                fit(finetune_argv(TASK, os.path.join(root, TASK), base, "ryarn", setup, seed, args, top)),
+                TASK, setup, args))
+    controls = {}
+    for task in CONTROLS:
+        control_base = fit(train_argv(task, os.path.join(root, task, "pretrain-s0"), L, setup["control_pretrain"],
+                                      0, args))
+        controls[task] = {"zero-shot": [accuracies(control_base, task, setup, args)]}
+        for method in ("ft", "yarn", "ryarn"):
+            argv = finetune_argv(task, os.path.join(root, task), control_base, method,
+                                 {**setup, "finetune": setup["control_finetune"]}, 0, args)
+            controls[task][method] = [accuracies(fit(argv), task, setup, args)]
     bar.close()
-    # wall time depends on what else the machine runs; CPU time is what the experiment itself costs
-    runtime = {"wall_s": round(time.perf_counter() - start, 1), "cpu_s": round(time.process_time() - cpu_start, 1)}
-
-    # "beyond L" for one seed: its mean accuracy at 2L, 4L and 8L; spreads are then taken over seeds
-    beyond = {task: {m: [sum(acc[1:]) / 3 for acc in by_method[m]] for m in methods}
-              for task, by_method in accuracy.items()}
-
-    def gain(task, better, worse):
-        """Seed-paired difference of beyond-L accuracy; it holds when large on average and positive in every seed."""
-        return {"task": task, "better": better, "worse": worse,
-                **paired_gain(beyond[task][better], beyond[task][worse], RYARN_THRESHOLD)}
-
-    claims = {
-        "ryarn > yarn > ft beyond L": [gain(t, b, w) for t in RYARN_TASKS for b, w in (("ryarn", "yarn"),
-                                                                                       ("yarn", "ft"))],
-        "the curriculum matters": [gain(t, "ryarn", "ryarn-nocurr") for t in RYARN_TASKS],
-    }
-    verdicts = {claim: verdict(all(g["holds"] for g in gains), any(g["holds"] for g in gains))
-                for claim, gains in claims.items()}
-
-    def figure(plt):
-        fig, axes = plt.subplots(1, len(RYARN_TASKS), figsize=(5 * len(RYARN_TASKS) + 1.5, 4.2))
-        for ax, task in zip(axes, RYARN_TASKS):
-            curves = {m: [{"length": n, "accuracy": spread(list(a))["mean"], "low": min(a), "high": max(a)}
-                          for n, a in zip(lengths, zip(*accuracy[task][m]))] for m in methods}
-            plot_curves(ax, curves, "length", (L // 2, L))
-            for line in ax.get_lines():
-                if line.get_label().startswith("zero-shot"):  # no fine-tuning: dashed and on top, so it
-                    line.set_linestyle("--")                    # stays visible where it overlaps another
-                    line.set_zorder(3)
-                if line.get_label() == "ryarn":
-                    line.set_linewidth(2.5)
-            ax.axhline(1 / tasks.task_options(task)["symbols"], color="black", ls=":", lw=1, label="chance")
-            ax.set_xticks(lengths, [str(n) for n in lengths])
-            ax.minorticks_off()
-            ax.get_legend().remove()  # one legend for both panels, beside them, so no curve is hidden
-            ax.set_title(f"{task}: fine-tuned at lengths {L // 2}..{L}, YaRN factor {s}", fontsize=9)
-        fig.legend(*axes[0].get_legend_handles_labels(), loc="center right", fontsize=8)
-        fig.suptitle(f"Randomized YaRN on a small GPT: mean of {len(setup['seeds'])} seed(s), band = range over "
-                     "seeds", fontsize=10)
-        fig.tight_layout(rect=(0, 0, 0.87, 1))
-        return fig
-
-    data = {"command": command, "runtime": runtime, "size": scale, "settings": setup,
-            "tasks": RYARN_TASKS, "lengths": lengths, "threshold": RYARN_THRESHOLD, "accuracy": accuracy,
-            "beyond_L": {t: {m: spread(v) for m, v in by.items()} for t, by in beyond.items()},
-            "claims": claims, "verdicts": verdicts}
-    markdown = ryarn_markdown(setup, command, runtime, lengths, accuracy, beyond, claims, verdicts, args.device)
-    write_results("ryarn", markdown, data, figure, args.out_dir)
-
-
-def ryarn_markdown(setup, command, runtime, lengths, accuracy, beyond, claims, verdicts, device) -> str:
-    L, s, seeds = setup["length"], setup["factor"], setup["seeds"]
-
-    def diff(g):
-        return (f"{g['task']}: {g['better']} − {g['worse']} = {g['mean']:+.3f} ± {g['sd']:.3f} "
-                f"[{g['min']:+.3f}, {g['max']:+.3f}]")
-
-    paper = {
-        "ryarn > yarn > ft beyond L": "OOD average, trained YaRN → Randomized YaRN: BABILong 81.3 → 90.3, MRCR "
-                                      "59.3 → 72.7 (Qwen2.5-7B; secondary source); fine-tuning with YaRN beats "
-                                      "plain fine-tuning",
-        "the curriculum matters": "removing the curriculum costs up to 18.3 points on MRCR (secondary source)",
-    }
-    out = [
-        "# Randomized YaRN (Paper R, arXiv 2606.23687) on a small GPT", "",
-        f"Command: `{command}`  ",
-        f"Runtime: {runtime['wall_s'] / 60:.1f} min wall clock, {runtime['cpu_s'] / 60:.1f} min of CPU time, on "
-        f"{device} with {torch.get_num_threads()} torch thread(s).", "",
-        f"**Setup.** A RoPE GPT (train.py's defaults: 2 layers, 2 heads, d_model 64) is pretrained for "
-        f"{setup['pretrain']} steps on each task at lengths {L // 2}..{L} with contiguous positions, so its original "
-        f"context is L = {L}. Each method below then fine-tunes it for {setup['finetune']} steps at the same "
-        f"lengths. YaRN uses factor s = {s} (target {s * L}) with original length {L}; randomized positions are "
-        f"n sorted distinct ids from [0, M) for n tokens, with M = {s * L}, or M widened linearly from {L} to "
-        f"{s * L} by the curriculum. Evaluation uses contiguous positions at lengths "
-        f"{', '.join(map(str, lengths))}, on the same {setup['samples']} held-out sequences per length for every "
-        f"method; seeds {', '.join(map(str, seeds))}. \"Beyond L\" is a seed's mean accuracy at "
-        f"{', '.join(map(str, lengths[1:]))}; ± is the standard deviation over seeds, brackets the range.", "",
-        "## Claims", "",
-        "| claim | Paper R | measured beyond L: seed-paired difference, mean ± sd [min, max] | threshold | verdict |",
-        "|---|---|---|---|---|",
-    ]
-    for claim, gains in claims.items():
-        out.append(f"| {claim} | {paper[claim]} | {'<br>'.join(diff(g) for g in gains)} | every difference "
-                   f">= +{RYARN_THRESHOLD} on average and > 0 in every seed | **{verdicts[claim]}** |")
-    out += ["", f"## Accuracy by length (mean ± sd over {len(seeds)} seed(s))", ""]
-    for task, by_method in accuracy.items():
-        out += [f"### {task}", "", "| method | " + " | ".join(map(str, lengths)) + " | beyond L |",
-                "|---|" + "---:|" * (len(lengths) + 1)]
-        for m, per_seed in by_method.items():
-            cells = [mean_sd(list(a), 3) for a in zip(*per_seed)] + [mean_sd(beyond[task][m], 3)]
-            out.append(f"| {m} | " + " | ".join(cells) + " |")
-        out.append("")
-    chance = ", ".join(f"{t} 1/{tasks.task_options(t)['symbols']}" for t in accuracy)
-    out += ["Methods: " + "; ".join(f"`{m}`: {what}" for m, what in RYARN_LABELS.items()) + f". Chance: {chance}.",
-            "", "## What did not reproduce at this scale", ""]
-    failed = [g for gains in claims.values() for g in gains if not g["holds"]]
-    def shortfall(g):
-        if g["mean"] < 0:
-            return f"{g['better']} trails {g['worse']}"
-        if g["mean"] < RYARN_THRESHOLD:
-            return f"{g['better']} leads {g['worse']} by less than {RYARN_THRESHOLD}"
-        return f"{g['better']} leads {g['worse']} on average, but not in every seed"
-
-    out += [f"- {diff(g)}: {shortfall(g)}." for g in failed] or ["- Every comparison above held."]
-    # Paper R's claims are about long context; what each method costs at the training length is part of the story
-    out += ["", "At the original length L itself (mean over seeds): " + "; ".join(
-        f"{task} " + ", ".join(f"{m} {spread([acc[0] for acc in accuracy[task][m]])['mean']:.3f}"
-                               for m in ("ft", "yarn", "rpe", "ryarn", "ryarn-nocurr"))
-        for task in accuracy) + "."]
-    return "\n".join(out) + "\n"
+    runtime = {"wall_s": round(time.perf_counter() - start, 1), "cpu_s": round(time.process_time() - cpu_start, 1),
+               "threads": args.threads or 1, "cores": os.cpu_count()}
+    data = {"command": command_line(args), "runtime": runtime, "scale": scale, "settings": setup, "task": TASK,
+            "task_options": TASK_OPTIONS, "lengths": [m * L for m in MULTIPLES], "threshold": THRESHOLD,
+            "accuracy": accuracy, "sweep": sweep, "controls": controls, "claims": claims(accuracy)}
+    write_results("ryarn", markdown(data), data, figure(data), args.out_dir)

@@ -170,7 +170,7 @@ def test_stretch_and_pose_positions():
     assert torch.all(jumps <= 1) and jumps.sum() > 0  # two contiguous chunks, one skip between them
 
 
-@pytest.mark.parametrize("shape", ["linear", "step", "cosine"])
+@pytest.mark.parametrize("shape", ["paper-r", "linear", "step", "cosine"])
 def test_curriculum(shape):
     c = L.LengthCurriculum(32, 256, 100, shape)
     values = [c(s) for s in range(0, 130)]

@@ -62,16 +62,20 @@ def fine_tune(tiny_llm, out, *args):
     return seen
 
 
-def test_ryarn_fine_tune_feeds_curriculum_positions_and_saves_yarn(tiny_llm, tmp_path):
-    out = str(tmp_path / "ryarn")
-    seen = fine_tune(tiny_llm, out, "--method", "ryarn", "--factor", "4", "--train-len", "128", "--steps", "4")
-    assert len(seen) == 4
-    for p in seen:
-        assert torch.all(p[1:] > p[:-1]) and p.min() >= 0  # sorted, distinct
-    assert seen[0].max() < 128 <= seen[-1].max()  # the curriculum starts at the sample length and widens
-    assert max(int(p.max()) for p in seen) > 512   # beyond the model's 512-token context
+def test_ryarn_feeds_paper_r_range_and_saves_yarn(tiny_llm, tmp_path):
+    """Bugs caught: positions outside [0, range x length), unsorted or repeated; a curriculum that does not
+    follow Paper R's stages (1, 1.25, 1.5, 2, 2 x the sample length) or never holds its top; a saved model
+    whose config is not the YaRN it was trained with."""
+    out, n, steps = str(tmp_path / "ryarn"), 128, 10
+    seen = fine_tune(tiny_llm, out, "--method", "ryarn", "--factor", "4", "--train-len", str(n), "--steps", str(steps))
+    assert len(seen) == steps
     log = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]
+    assert [r["range"] for r in log] == [n, n, 160, 160, 192, 192, 256, 256, 256, 256]  # 2 steps per stage
+    for p, r in zip(seen, log):
+        assert torch.all(p[1:] > p[:-1]) and p.min() >= 0 and p.max() < r["range"]  # sorted, distinct, in range
+        assert len(p) <= n
     assert [r["max_position"] for r in log] == [int(p.max()) for p in seen]
+    assert max(int(p.max()) for p in seen[-4:]) >= n  # the last stages do reach beyond the sample length
     # The saved model reloads, without lengen, as Hugging Face's own YaRN x4 over 512 ...
     reloaded, _ = hf.load_llm(os.path.join(out, "model"))
     assert reloaded.config.rope_parameters["rope_type"] == "yarn"
@@ -87,6 +91,41 @@ def test_ryarn_fine_tune_feeds_curriculum_positions_and_saves_yarn(tiny_llm, tmp
         assert torch.allclose(reloaded(ids, position_ids=pos).logits, before, atol=1e-5)
 
 
+def test_rpe_without_curriculum_draws_from_the_whole_range_and_batches_samples(tiny_llm, tmp_path):
+    """Bugs caught: --no-curriculum still widening; --range ignored; --batch not feeding batch samples a step;
+    rpe quietly using YaRN."""
+    out, n = str(tmp_path / "rpe"), 96
+    seen = fine_tune(tiny_llm, out, "--method", "rpe", "--no-curriculum", "--range", "4", "--batch", "3",
+                     "--train-len", str(n), "--steps", "3")
+    assert len(seen) == 9  # 3 samples in each of 3 steps
+    log = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]
+    assert [r["range"] for r in log] == [4 * n] * 3
+    assert all(p.max() < 4 * n for p in seen) and max(int(p.max()) for p in seen) > 2 * n
+    assert json.load(open(os.path.join(out, "config.json")))["scaling"] == "none"
+
+
+def test_every_llm_forward_attends_across_position_gaps(tiny_llm):
+    """The bug: with position ids that have gaps and no attention mask, transformers (on the path without a
+    KV cache, e.g. gradient checkpointing on a GPU) reads every gap as the start of a new packed sequence and
+    cuts attention there; a randomized-position sample then never sees its own beginning. Here the switches of
+    that path are on (checkpointing, no cache, training mode): changing token 0 must change the last token's
+    state through hf.decoder_hidden, the forward fine-tuning uses. The unmasked call is shown to fail."""
+    model, _ = hf.load_llm(tiny_llm)
+    model.gradient_checkpointing_enable()
+    model.config.use_cache = False
+    model.train()
+    ids = torch.randint(2, 100, (1, 48), generator=torch.Generator().manual_seed(0))
+    other = ids.clone()
+    other[0, 0] = (ids[0, 0] + 1) % 100
+    positions = lengen.randomized_positions(1, 48, 1024, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        change = (hf.decoder_hidden(model, ids, positions) - hf.decoder_hidden(model, other, positions))[0, -1]
+        assert change.abs().max() > 1e-3
+        unmasked = [model.get_decoder()(input_ids=x, position_ids=positions, use_cache=False).last_hidden_state
+                    for x in (ids, other)]
+        assert (unmasked[0] - unmasked[1])[0, -1].abs().max() == 0  # what the mask prevents
+
+
 def test_ft_keeps_contiguous_positions_and_trains(tiny_llm, tmp_path):
     out = str(tmp_path / "ft")
     seen = fine_tune(tiny_llm, out, "--method", "ft", "--train-len", "96", "--steps", "12", "--lr", "3e-3")
@@ -98,6 +137,7 @@ def test_ft_keeps_contiguous_positions_and_trains(tiny_llm, tmp_path):
 
 
 def test_yarn_factor_one_equals_unpatched(tiny_llm):
+    """Bug caught: apply_llm_rope changing a model even where YaRN x1 is the identity."""
     model, _ = hf.load_llm(tiny_llm)
     ids = torch.randint(0, 100, (1, 64))
     with torch.no_grad():
@@ -114,7 +154,7 @@ def test_eval_measures_an_llm_run_and_a_base_model(tiny_llm, tmp_path):
     data = json.loads(out.read_text())
     assert data["model"].endswith("YaRN x2") and [r["length"] for r in data["rows"]] == [128, 256]
     assert all(r["samples"] == 2 and 0 <= r["accuracy"] <= 1 for r in data["rows"])
-    assert all(e["tokens"] <= n for r, n in zip(data["rows"], (128, 256)) for e in r["examples"])
+    assert all(p["tokens"] <= n for r, n in zip(data["rows"], (128, 256)) for p in r["prompts"])
 
 
 def test_llm_bad_input_exits_2(tiny_llm, tmp_path):
@@ -129,7 +169,13 @@ def test_llm_bad_input_exits_2(tiny_llm, tmp_path):
         (["--llm", str(gpt2)], "no rotary embedding"),
         (["--llm", tiny_llm, "--train-len", "4096"], "beyond the model's context"),
         (["--llm", tiny_llm, "--task", "retrieval"], "text task"),
-        (["--llm", tiny_llm, "--factor", "0.5"], ">= 1"),
+        (["--llm", tiny_llm, "--factor", "0.5"], "s > 1"),
+        (["--llm", tiny_llm, "--method", "yarn", "--factor", "1"], "YaRN with s <= 1 is plain RoPE"),
+        (["--llm", tiny_llm, "--method", "ft", "--factor", "4"], "--factor is YaRN's"),
+        (["--llm", tiny_llm, "--method", "yarn", "--range", "4"], "--range is for randomized positions"),
+        (["--llm", tiny_llm, "--method", "ft", "--no-curriculum"], "--no-curriculum is for randomized"),
+        (["--llm", tiny_llm, "--range", "0.5"], "--range 0.5"),
+        (["--range", "2"], "--range is for --llm runs"),
         (["--task", "passkey"], "add --llm"),
         # the small GPT's options are refused with --llm, not silently ignored
         (["--llm", tiny_llm, "--layers", "4"], "--layers is for small-GPT runs"),
@@ -153,4 +199,4 @@ def test_smollm2_fine_tunes_and_answers_a_passkey(tmp_path):
     assert len(log) == 2 and all(r["loss"] == r["loss"] for r in log)  # finite
     model, tokenizer, _ = hf.load_for_eval(out, "cpu")
     row = hf.evaluate_llm(model, tokenizer, "passkey", 1024, 1, {"depth": 0.5})
-    assert row["accuracy"] == 1.0, row["examples"]
+    assert row["accuracy"] == 1.0, row["prompts"]

@@ -1,4 +1,4 @@
-"""Paper A's analysis in experiments/retrieval.py, each on a case whose answer is known, then the experiment's --quick run."""
+"""Paper A's analysis (experiments/retrieval.py), each on a case whose answer is known; then the --quick run."""
 import json
 import math
 
@@ -74,7 +74,8 @@ def test_law1_margin_is_recovered_from_training_lengths_only():
 def test_law2_exact_small_case_and_worked_numbers():
     # V = 2, two distractors, e^m = 1.5: wrong only when both distractors are the other symbol (1/4)
     assert E.law2_accuracy(3, math.log(1.5), 2) == pytest.approx(0.75, abs=0.01)
-    # Law 2's worked numbers (its half-accuracy point n ~ V e^(2m) / (2 ln V)): V = 16, m = 2 gives A(64) ~ 0.94 and A(256) ~ 0.52
+    # Law 2's worked numbers (half accuracy near n ~ V e^(2m) / (2 ln V)): V = 16, m = 2 gives A(64) ~ 0.94
+    # and A(256) ~ 0.52
     assert E.law2_accuracy(64, 2.0, 16) == pytest.approx(0.94, abs=0.02)
     assert E.law2_accuracy(256, 2.0, 16) == pytest.approx(0.52, abs=0.02)
 

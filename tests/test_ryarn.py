@@ -1,10 +1,12 @@
 """The ryarn experiment (Paper R on the small GPT): its quick run, and the positions its training loop used."""
 import importlib.util
 import json
+import types
 
 import torch
 
 import eval
+import lengen
 import train
 from experiments import ryarn
 
@@ -12,38 +14,65 @@ QUICK = ryarn.SCALES["quick"]
 
 
 def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
+    """Bugs caught: a method or a length missing from the tables; inference-time YaRN not applied (zero-shot
+    and zero-shot+yarn identical); a pretrained model that learned nothing; a claim without a verdict."""
     monkeypatch.chdir(tmp_path)  # runs/ and results/ land in the temporary directory
     assert eval.main(["--experiment", "ryarn", "--quick", "--threads", "1"]) == 0
     data = json.loads((tmp_path / "results" / "ryarn.json").read_text())
-    L = QUICK["length"]
-    assert data["lengths"] == [L, 2 * L, 4 * L, 8 * L]
-    for task in ryarn.RYARN_TASKS:
-        for method in ryarn.RYARN_LABELS:
-            per_seed = data["accuracy"][task][method]
-            assert len(per_seed) == len(QUICK["seeds"]) and all(len(acc) == 4 for acc in per_seed)
-            assert all(0 <= a <= 1 for acc in per_seed for a in acc)
-    assert set(data["verdicts"].values()) <= {"reproduced", "partly reproduced", "not reproduced"}
+    L = QUICK["L"]
+    assert data["lengths"] == [L, 2 * L, 4 * L, 8 * L, 16 * L]
+    assert list(data["accuracy"]) == list(ryarn.METHODS)
+    for per_seed in [*data["accuracy"].values(), *data["sweep"].values()]:
+        assert len(per_seed) == len(QUICK["seeds"]) and all(len(acc) == 5 for acc in per_seed)
+        assert all(0 <= a <= 1 for acc in per_seed for a in acc)
+    assert data["accuracy"]["zero-shot"] != data["accuracy"]["zero-shot+yarn"]
+    assert data["accuracy"]["zero-shot"][0][0] > 0.3  # well above chance (1/8) at L, even at this size
+    assert set(data["controls"]) == set(ryarn.CONTROLS)
+    assert {c["verdict"] for c in data["claims"].values()} <= {"reproduced", "partly reproduced", "not reproduced"}
     markdown = (tmp_path / "results" / "ryarn.md").read_text()
     assert "python eval.py --experiment ryarn --quick --threads 1" in markdown and "Runtime" in markdown
     if importlib.util.find_spec("matplotlib"):  # figures are optional: without matplotlib the run says so
         assert (tmp_path / "results" / "ryarn.png").stat().st_size > 0
 
 
-def test_ryarn_feeds_sorted_distinct_positions_beyond_L_on_a_widening_range(tmp_path):
-    """What the loop fed the model under the experiment's own ryarn command line, not what a sampler can do."""
-    L, s, seed, root = QUICK["length"], QUICK["factor"], 0, str(tmp_path)
-    train.run(ryarn.ryarn_argv("copy", "pretrain", QUICK, seed, root, threads=1))
+def fed_positions(method, tmp_path, top=2):
+    """The positions the training loop fed the model under the experiment's own command line for `method`."""
+    args = types.SimpleNamespace(threads=1, device="cpu")
+    base = str(tmp_path / "pretrain")
+    train.run(ryarn.train_argv(ryarn.TASK, base, QUICK["L"], 5, 0, args))
     fed = []
-    train.run(ryarn.ryarn_argv("copy", "ryarn", QUICK, seed, root, threads=1),
+    train.run(ryarn.finetune_argv(ryarn.TASK, str(tmp_path), base, method, QUICK, 0, args, top),
               on_step=lambda step, x, positions: fed.append((step, x, positions)))
     assert [step for step, _, _ in fed] == list(range(QUICK["finetune"]))
-    for _, x, positions in fed:
+    return fed
+
+
+def test_ryarn_feeds_paper_r_stages(tmp_path):
+    """Bugs caught: positions unsorted, repeated or beyond the range; a curriculum that does not follow Paper
+    R's stages (1, 1.25, 1.5, 2, 2 x L in five equal parts), so the early steps see far positions too soon or
+    the last stages never reach 2L."""
+    L, steps = QUICK["L"], QUICK["finetune"]
+    fed = fed_positions("ryarn", tmp_path)
+    stage_top = [L, 1.25 * L, 1.5 * L, 2 * L, 2 * L]
+    for step, x, positions in fed:
         assert positions.shape == x.shape
-        assert torch.all(positions[:, 1:] > positions[:, :-1])  # sorted and distinct in every row
-        assert positions.min() >= 0 and positions.max() < s * L
-    tops = [int(positions.max()) for _, _, positions in fed]
-    assert max(tops) >= L  # positions beyond the original context were used
-    # the curriculum: the range is [0, L) at the first step, so only ids below L; in the last third, past 3L
-    third = len(tops) // 3
-    assert tops[0] < L and max(tops[-third:]) >= 3 * L
-    assert sum(tops[-third:]) / third > sum(tops[:third]) / third
+        assert torch.all(positions[:, 1:] > positions[:, :-1]) and positions.min() >= 0  # sorted, distinct
+        assert positions.max() < stage_top[min(5 * step // steps, 4)]
+    last = [int(p.max()) for step, _, p in fed if 5 * step // steps >= 3]
+    assert max(last) >= 1.5 * L  # the last two fifths hold the top of the range, and use it
+
+
+def test_no_curriculum_draws_from_the_whole_range_at_once(tmp_path):
+    """Bug caught: the -nocurr ablation still widening (it would then be the curriculum it is compared with)."""
+    L = QUICK["L"]
+    fed = fed_positions("ryarn-nocurr", tmp_path)
+    assert all(p.max() < 2 * L for _, _, p in fed)
+    assert max(int(p.max()) for step, _, p in fed if step < QUICK["finetune"] // 5) >= 1.5 * L
+
+
+def test_method_flags_match_paper_r():
+    """Bugs caught: rpe quietly using YaRN, yarn quietly randomizing, a sweep range that is not applied."""
+    L, s = 32, 16
+    assert "--scaling" not in ryarn.method_flags("rpe", L, s) and "--positions" not in ryarn.method_flags("yarn", L, s)
+    assert ryarn.method_flags("ryarn", L, s, top=8)[-1] == f"{L}:{8 * L}:paper-r"
+    assert lengen.LengthCurriculum(L, 2 * L, 10, "paper-r")(0) == L

@@ -14,6 +14,7 @@ BATCH = 64
 # a small length that every task accepts with its default options
 SMALL_LENGTH = {
     "retrieval": 12, "shift": 12, "copy": 11, "reverse": 11, "duplicate": 11, "associative_recall": 12,
+    "latest_recall": 12,
     "delay_copy": 30, "selective_copy": 30, "mixed_copy": 40,
 }
 
@@ -82,6 +83,7 @@ def test_unknown_task_and_option_raise():
     ("reverse", 1, {}),
     ("duplicate", 2, {}),
     ("associative_recall", 2, {}),
+    ("latest_recall", 9, {}),  # 4 two-token statements, then QUERY and the key: 10 tokens
     ("delay_copy", 22, {}),  # one episode at d=14 is 4 + 1 + 14 + 1 + 4 = 24 tokens: needs length >= 23
     ("delay_copy", 20, {"delays": (3, 12)}),
     ("selective_copy", 22, {}),
@@ -159,6 +161,29 @@ def test_associative_recall_labels(length):
         assert xs[-1] in table
         assert ms == [False] * (length - 1) + [True]
         assert ys[-1] == table[xs[-1]]
+
+
+@pytest.mark.parametrize("length", [10, 17, 64])
+def test_latest_recall_labels(length):
+    """Read each row as a reader would: every key token followed by a value token is a statement; the answer
+    is the value of the last statement of the queried key. Bugs caught: the first (not the latest) value as
+    the answer, a queried key stated once or always with one value (then order would not matter), facts that
+    overlap."""
+    keys, values, statements, fillers = 3, 5, 4, 4
+    x, y, mask = batch_of("latest_recall", length, keys=keys, values=values, statements=statements, fillers=fillers)
+    query, is_key = fillers + keys + values, (lambda t: fillers <= t < fillers + keys)
+    for xs, ys, ms in zip(x, y, mask):
+        body, said = xs[:-2], []
+        for i, t in enumerate(body[:-1]):
+            if is_key(t):
+                assert fillers + keys <= body[i + 1] < query, "a key is always followed by its value"
+                said.append((t, body[i + 1]))
+        assert len(said) == statements and all(t < fillers + keys for t in body if t not in sum(said, ()))
+        assert xs[-2] == query and is_key(xs[-1])
+        values_of_asked = [v for k, v in said if k == xs[-1]]
+        assert len(set(values_of_asked)) >= 2  # stated at least twice, and not always with the same value
+        assert ys[-1] == values_of_asked[-1] and ys[:-1] == [0] * (length - 1)
+        assert ms == [False] * (length - 1) + [True]
 
 
 # delay tasks: parse the window from x alone. Control tokens come in pairs, but the window may begin inside
