@@ -106,7 +106,9 @@ def test_yarn_factor_one_equals_unpatched(tiny_llm):
         assert torch.allclose(model(ids, position_ids=torch.arange(64)[None]).logits, before, atol=1e-6)
 
 
-def test_eval_measures_an_llm_run_and_a_base_model(tiny_llm, tmp_path):
+def test_eval_measures_a_base_model_with_inference_yarn(tiny_llm, tmp_path):
+    """A base model (no run) through eval.py --llm with zero-shot YaRN: rows at each length, labelled. An LLM
+    run is measured in test_llm_fine_tune.py."""
     out = tmp_path / "rows.json"
     result = cli("eval.py", "--llm", tiny_llm, "--task", "passkey", "--lengths", "128,256", "--samples", "2",
                  "--scaling", "yarn", "--factor", "2", "--json", str(out), "--threads", "1")
