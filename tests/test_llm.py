@@ -121,7 +121,8 @@ def test_eval_measures_a_base_model_with_inference_yarn(tiny_llm, tmp_path):
 
 def test_llm_bad_input_exits_2(tiny_llm, tmp_path):
     gpt2 = tmp_path / "gpt2"
-    config = transformers.GPT2Config(vocab_size=50, n_positions=64, n_embd=32, n_layer=1, n_head=2)
+    config = transformers.GPT2Config(vocab_size=50, n_positions=64, n_embd=32, n_layer=1, n_head=2, bos_token_id=1,
+                                     eos_token_id=1)  # ids inside the vocabulary: no config warning on stderr
     transformers.GPT2LMHeadModel(config).save_pretrained(gpt2)
     transformers.PreTrainedTokenizerFast.from_pretrained(tiny_llm).save_pretrained(gpt2)
     cases = [
@@ -142,6 +143,7 @@ def test_llm_bad_input_exits_2(tiny_llm, tmp_path):
     for args, message in cases:
         result = cli("train.py", "--steps", "1", "--quiet", "--out", str(tmp_path / "r"), "--force", *args)
         assert result.returncode == 2, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1, (args, result.stderr)  # one line, no warnings
         assert "Traceback" not in result.stderr and message in result.stderr, (args, result.stderr)
 
 
