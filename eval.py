@@ -110,6 +110,16 @@ def eval_command(args) -> None:
 
 def llm_eval_command(args) -> None:
     """eval.py on a train.py --llm run or a base model: exact match on a text task at each length."""
+    # An LLM is measured as saved, or with inference-time YaRN over its own context: refuse, before loading
+    # anything, the options that would otherwise be ignored or break the schedule.
+    if args.scaling not in (None, "none", "yarn"):
+        raise UsageError(f"--scaling {args.scaling}: an LLM is evaluated as saved or with --scaling yarn")
+    if args.factor is not None and args.scaling != "yarn":
+        raise UsageError("--factor needs --scaling yarn for an LLM")
+    if args.factor is not None and not args.factor >= 1:
+        raise UsageError(f"scaling factor must be >= 1, got {args.factor}")
+    if args.original_len is not None:
+        raise UsageError("--original-len is for small-GPT runs: an LLM's original context is read from its config")
     import hf  # imports transformers: only on the LLM path
     model, tokenizer, label = hf.load_for_eval(args.run or args.llm, args.device, args.scaling, args.factor)
     task = args.task or "babilong"

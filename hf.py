@@ -39,6 +39,7 @@ def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32)
     """(model, tokenizer) for 'smollm2', a local HF directory, a .gguf file, or a hub id."""
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
     except ImportError:
         raise UsageError("the LLM path needs transformers: pip install -r requirements-llm.txt") from None
     gguf = smollm2_gguf() if name == "smollm2" else name if name.endswith(".gguf") else None
@@ -49,11 +50,19 @@ def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32)
     if name.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(name)):
         raise UsageError(f"{name}: no such model directory")
     source, extra = (os.path.dirname(gguf), {"gguf_file": os.path.basename(gguf)}) if gguf else (name, {})
+    # A local model loads in seconds: its "Loading weights" bar would only add lines to stderr, where an error
+    # about bad input must stay one line. A hub id keeps its bars: they show a download.
+    silent = os.path.exists(source) and hf_logging.is_progress_bar_enabled()
+    if silent:
+        hf_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **extra)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot load '{name}': {str(e).splitlines()[0]}") from None
+    finally:
+        if silent:
+            hf_logging.enable_progress_bar()
     if gguf:  # the GGUF weights were de-quantized to `dtype` on load: from here on it is a plain model
         model.hf_quantizer = None
         model.config.__dict__.pop("quantization_config", None)

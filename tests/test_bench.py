@@ -1,6 +1,7 @@
 """The benchmark's building blocks, and a quick run of it (never asserting wall time)."""
 import json
 
+import pytest
 import torch
 
 import eval as lengen_eval
@@ -25,7 +26,11 @@ def test_rope_cos_sin_reused_while_positions_repeat():
     assert rope.rotary(torch.arange(1, 11)) is not first
 
 
-def test_bench_quick_writes_every_section(tmp_path):
+def test_bench_quick_reports_consistent_ratios_and_targets(tmp_path):
+    """Bug caught: a benchmark whose report contradicts its own measurements: a ratio inverted (cost vs NoPE
+    as variant / NoPE, lengen vs plain upside down), a target marked met when its measured value misses it
+    (or the reverse), a target measured on the wrong rows, a variant or encoding missing. Wall times
+    themselves are never asserted: they depend on the machine."""
     assert lengen_eval.main(["--bench", "--quick", "--threads", "1", "--out-dir", str(tmp_path)]) == 0
     md = (tmp_path / "bench.md").read_text()
     for section in ("Training steps", "Evaluation at long length", "Targets"):
@@ -36,3 +41,25 @@ def test_bench_quick_writes_every_section(tmp_path):
     assert {r["encoding"] for r in data["memory"]} == set(lengen.ENCODINGS)
     assert all(r["tokens_per_s"] > 0 and r["plain_tokens_per_s"] > 0 for rows in data["training"].values()
                for r in rows)
+    for rows in data["training"].values():  # every ratio from the rates it names
+        nope = next(r for r in rows if r["variant"] == "nope")
+        for r in rows:
+            assert r["cost_vs_nope"] == pytest.approx(nope["tokens_per_s"] / r["tokens_per_s"])
+            assert r["speedup_vs_plain"] == pytest.approx(r["tokens_per_s"] / r["plain_tokens_per_s"])
+    assert all(r["ratio"] == pytest.approx(r["patched_s"] / r["unpatched_s"]) for r in data["hf"])
+    # every target: the measured value recomputed from the rows (first shape), and met exactly when it passes
+    by = {r["variant"]: r for r in next(iter(data["training"].values()))}
+    lengths = sorted({r["length"] for r in data["memory"]})
+    peak = {(r["encoding"], r["length"]): r["peak_mb"] for r in data["memory"]}
+    growth = max(peak[e, lengths[-1]] / max(peak[e, lengths[-2]], 1e-9) for e in lengen.ENCODINGS)
+    expected = {"RoPE step cost": (by["rope"]["cost_vs_nope"], "<=", 1.10),
+                "YaRN step cost": (by["rope+yarn"]["cost_vs_nope"], "<=", 1.10),
+                "lengen at least as fast": (min(r["speedup_vs_plain"] for r in by.values()), ">=", 1.0),
+                "peak memory": (growth, "<=", 2.2)}
+    if data["hf"]:
+        expected["patched HF forward"] = (max(r["ratio"] for r in data["hf"]), "<=", 1.02)
+    assert len(data["targets"]) == len(expected)
+    for target in data["targets"]:
+        value, comparison, bound = next(v for k, v in expected.items() if target["target"].startswith(k))
+        assert target["measured"] == pytest.approx(value), target
+        assert target["met"] == (value <= bound if comparison == "<=" else value >= bound), target

@@ -151,6 +151,11 @@ def test_existing_run_is_never_overwritten_without_force(trained_run):
 
 
 def test_bad_eval_input_exits_2(trained_run, tmp_path):
+    """Bug caught: an eval.py input that ends in a traceback, in more than one line, or is silently evaluated
+    anyway: among them bad overrides of a run's schedule (--factor below 1, --original-len 0) and LLM options
+    an LLM evaluation would ignore (checked before any model is loaded)."""
+    rope = train.run(TINY + ["--steps", "2", "--out", str(tmp_path / "rope")])["run"]
+    missing_llm = str(tmp_path / "no-such-llm")
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
     (corrupt / "config.json").write_text(open(os.path.join(trained_run, "config.json")).read())
@@ -162,8 +167,17 @@ def test_bad_eval_input_exits_2(trained_run, tmp_path):
         ((trained_run, "--delays", "0:4"), "needs a delay task"),
         ((trained_run, "--lengths", "a,b"), "comma-separated"),
         (("--experiment", "nonsense"), "unknown experiment"),
+        ((rope, "--scaling", "yarn", "--factor", "0.5"), "factor must be >= 1"),
+        ((rope, "--scaling", "yarn", "--factor", "2", "--original-len", "0"), "original_max_len > 0"),
+        ((trained_run, "--scaling", "yarn", "--factor", "2"), "needs encoding 'rope'"),
+        (("--llm", missing_llm), "no such model directory"),
+        (("--llm", missing_llm, "--scaling", "yarn", "--factor", "0.5"), "factor must be >= 1"),
+        (("--llm", missing_llm, "--scaling", "pi"), "--scaling pi"),
+        (("--llm", missing_llm, "--factor", "2"), "--factor needs --scaling yarn"),
+        (("--llm", missing_llm, "--original-len", "100"), "--original-len"),
     ]
     for args, message in cases:
         result = cli("eval.py", *args)
         assert result.returncode == 2, args
+        assert len(result.stderr.strip().splitlines()) == 1, (args, result.stderr)
         assert "Traceback" not in result.stderr and message in result.stderr, (args, result.stderr)

@@ -1,11 +1,19 @@
-"""python eval.py --experiment distance --quick: it runs, writes its files, and a model learns its delay band."""
+"""python eval.py --experiment distance --quick: it runs, writes its files, a model learns its delay band, and
+the numbers it reports are the ones its saved models produce."""
 import importlib.util
 import json
 
+import pytest
+
 import eval as lengen_eval
+import train
 
 
-def test_distance_quick_writes_results_and_fits_in_range(tmp_path, monkeypatch):
+def test_distance_quick_reports_what_its_models_measure(tmp_path, monkeypatch):
+    """Bug caught: results that are not the models' own: a curve taken from another run, a mixed (C + S) model
+    measured on S instead of on C (the task it shares with its single-task twin), a transfer delta of the wrong
+    sign or over the wrong delays, a verdict that disagrees with its sub-claims. Also that the experiment runs
+    and writes every section, and that at least one encoding learns delay copy inside its band."""
     monkeypatch.chdir(tmp_path)  # the experiment's runs/ go here, not into the repository
     out = tmp_path / "results"
     assert lengen_eval.main(["--experiment", "distance", "--quick", "--threads", "1", "--out-dir", str(out)]) == 0
@@ -22,5 +30,29 @@ def test_distance_quick_writes_results_and_fits_in_range(tmp_path, monkeypatch):
     # at least one encoding learns delay copy inside its training band
     in_range = {e: max(run["in_mean"]) for e, run in data["A"]["delay_copy"].items()}
     assert max(in_range.values()) > 0.9, in_range
+    # Re-measure two saved models from their run directories, as the experiment says it measures them: on C
+    # (delay_copy) at every delay, with the experiment's samples; the JSON must hold exactly those numbers.
+    setup = data["settings"]
+    (lo, hi), (s_lo, s_hi), width = setup["band"], setup["adjacent"], setup["width"]
+    alone, mixed = data["C"]["adjacent"]["rope"]["alone"], data["C"]["adjacent"]["rope"]["mixed"]
+    for name, curve in ((f"delay_copy-rope-w{width}-d{lo}-{hi}-seed0", data["A"]["delay_copy"]["rope"]),
+                        (f"mixed_copy-rope-w{width}-d{lo}-{hi}-s{s_lo}-{s_hi}-seed0", mixed)):
+        model, cfg = train.load_run(str(tmp_path / "runs" / "distance" / "quick" / name))
+        cfg = {**cfg, "task": "delay_copy",
+               "task_options": {"symbols": setup["symbols"], "m": setup["m"], "delays": (lo, hi)}}
+        rows, _ = train.evaluate_table(model, cfg, delays=range(top + 1), samples=setup["samples"])
+        assert curve["per_seed"][0] == [r["accuracy"] for r in rows], name
+    assert alone["per_seed"] == data["A"]["delay_copy"]["rope"]["per_seed"]  # C alone is (A)'s model
+    # transfer: mixed minus alone, per delay, and each region its mean over its own delays
+    delta = data["C"]["adjacent"]["rope"]["delta"]
+    assert delta == pytest.approx([m - a for m, a in zip(mixed["mean"], alone["mean"])])
+    regions = data["C"]["adjacent"]["rope"]["regions"]
+    assert regions["C range"] == pytest.approx(sum(delta[lo:hi + 1]) / (hi - lo + 1))
+    assert regions["S range"] == pytest.approx(sum(delta[s_lo:s_hi + 1]) / (s_hi - s_lo + 1))
+    for name, result in data["verdicts"].items():  # every sub-claim holds, some, none (unmeasured ones aside)
+        holds = [c["holds"] for c in result["checks"] if c["holds"] is not None]
+        expected = ("not measured" if not holds else "reproduced" if all(holds) else
+                    "partly reproduced" if any(holds) else "not reproduced")
+        assert result["verdict"] == expected, name
     if importlib.util.find_spec("matplotlib"):
         assert (out / "distance.png").stat().st_size > 0

