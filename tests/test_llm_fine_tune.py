@@ -61,7 +61,7 @@ def load(folder):
 
 @pytest.fixture(scope="module")
 def ryarn_run(sharp_llm, tmp_path_factory):
-    """A 2-step Randomized YaRN x4 fine-tune, positions from the full range [0, 4L) at once. Records what the
+    """A 2-step Randomized YaRN x4 fine-tune, positions from the whole range [0, 8 x 128) at once (beyond L). Records what the
     loop fed (on_step) and the decoder's output of every forward, through a global module hook, so that nothing
     depends on how train_llm calls the model. lr 1e-3 moves the weights enough that the saved model answers
     otherwise than the base model, and not so far that it learns to answer nothing but </s>."""
@@ -75,7 +75,7 @@ def ryarn_run(sharp_llm, tmp_path_factory):
     hook = torch.nn.modules.module.register_module_forward_hook(record)
     try:
         train.run(["--llm", sharp_llm, "--task", "passkey", "--method", "ryarn", "--no-curriculum", "--factor",
-                   str(FACTOR), "--train-len", "128", "--steps", "2", "--lr", "1e-3", "--threads", "1", "--quiet",
+                   str(FACTOR), "--range", "8", "--train-len", "128", "--steps", "2", "--lr", "1e-3", "--threads", "1", "--quiet",
                    "--out", out], on_step=lambda step, ids, positions: fed.append((ids.clone(), positions.clone())))
     finally:
         hook.remove()
@@ -150,9 +150,9 @@ def test_eval_measures_an_llm_run_with_its_saved_schedule(sharp_llm, ryarn_run, 
     assert saved.config.rope_parameters["rope_type"] == "yarn"
 
     def answers(model):
-        return [[e["said"] for e in hf.evaluate_llm(model, tokenizer, "passkey", n, 3)["examples"]] for n in (128, 256)]
+        return [[e["said"] for e in hf.evaluate_llm(model, tokenizer, "passkey", n, 3)["prompts"]] for n in (128, 256)]
 
-    said = [[e["said"] for e in r["examples"]] for r in data["rows"]]
+    said = [[e["said"] for e in r["prompts"]] for r in data["rows"]]
     assert said == answers(saved)
     # the comparison can tell: the base model, and the fine-tuned weights under plain RoPE, answer otherwise
     plain = load(os.path.join(ryarn_run["out"], "model"))
