@@ -211,3 +211,38 @@ def test_smollm2_survives_a_short_ryarn_fine_tune_and_answers_in_context(tmp_pat
     assert any(not torch.equal(w, base[k]) for k, w in model.state_dict().items())
     row = hf.evaluate_llm(model, tokenizer, "passkey", 1024, 1, {"depth": 0.5})
     assert row["accuracy"] == 1.0, row["prompts"]
+
+
+def test_score_prompt_equals_a_full_forward_and_generate(tiny_llm):
+    """Bugs caught in the LLM scores: the answer's log-probability taken at the wrong positions (off by one,
+    or over the end of turn), the greedy answer diverging from model.generate (a cache reused after the
+    teacher-forced answer extended it), or the candidate rank read from the wrong distribution."""
+    model, tokenizer = hf.load_llm(tiny_llm)
+    prompt, answer = tasks.make_text_sample("babilong", 200, 3, lambda s: len(tokenizer(s).input_ids), facts=1)
+    score = hf.score_prompt(model, tokenizer, prompt, answer, tasks.PLACES)
+    full, n_prompt = hf.chat_ids(tokenizer, prompt, answer)  # prompt, answer, end of turn
+    with torch.no_grad():
+        logp = model(full).logits[0].log_softmax(-1)
+        expected = sum(float(logp[t - 1, full[0, t]]) for t in range(n_prompt, full.shape[1] - 1))
+        generated = model.generate(full[:, :n_prompt], attention_mask=torch.ones(1, n_prompt, dtype=torch.long),
+                                   max_new_tokens=16, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+    assert score["logprob"] == pytest.approx(expected, abs=1e-4)
+    assert score["said"] == tokenizer.decode(generated[0, n_prompt:], skip_special_tokens=True).strip()
+    first = logp[n_prompt - 1]
+    right = first[tokenizer(answer, add_special_tokens=False).input_ids[0]]
+    others = [first[tokenizer(c, add_special_tokens=False).input_ids[0]] for c in tasks.PLACES if c != answer]
+    assert score["rank"] == 1 + sum(float(o > right) for o in others) + 0.5 * sum(float(o == right) for o in others)
+
+
+def test_llm_comparison_is_prompt_paired():
+    """Bug caught: comparing methods on their means alone (unpaired), or with the sign of better - worse
+    flipped: the verdict must follow the per-prompt differences."""
+    from experiments import llm
+
+    def method(logprobs):
+        return {"rows": [{"length": 100, "accuracy": 0.0, "prompts": [{"logprob": v, "rank": 2} for v in logprobs]}]}
+
+    results = {"a": method([-5.0, -3.0, -8.0, -1.0]), "b": method([-6.0, -4.0, -9.0, -2.5])}
+    holds = llm.paired(results, "a", "b", 100)
+    assert holds["logprob"] == pytest.approx(1.125) and holds["verdict"] == "holds"  # a beats b on every prompt
+    assert llm.paired(results, "b", "a", 100)["verdict"] == "reversed"
