@@ -19,6 +19,7 @@ import argparse
 import importlib
 import json
 import os
+import signal
 import sys
 import time
 
@@ -78,6 +79,10 @@ def int_list(text: str) -> list[int]:
 
 
 def eval_command(args) -> None:
+    if (args.factor is not None or args.original_len is not None) and args.scaling is None:
+        raise UsageError("--factor and --original-len set a rotary schedule: give --scaling with them")
+    if args.scaling not in (None, "none") and args.factor is None:
+        raise UsageError(f"--scaling {args.scaling} needs --factor S (how far it stretches the context)")
     overrides = {k: v for k, v in (("scaling", args.scaling), ("factor", args.factor),
                                    ("original_len", args.original_len)) if v is not None}
     model, cfg = train.load_run(args.run, args.device, **overrides)
@@ -89,7 +94,9 @@ def eval_command(args) -> None:
             args.lengths = [hi, 2 * hi, 4 * hi, 8 * hi]
     start = time.perf_counter()
     rows, key = train.evaluate_table(model, cfg, args.lengths, args.delays, args.samples, args.device)
-    label = os.path.basename(os.path.normpath(args.run)) + (f" ({args.scaling} x{args.factor:g})" if overrides else "")
+    label = os.path.basename(os.path.normpath(args.run))
+    if args.scaling:
+        label += f" ({args.scaling} x{args.factor:g})" if args.factor else f" ({args.scaling})"
     print(f"{label}: {cfg['task']}, {cfg['encoding']}, trained on {key}s "
           + (f"{cfg['train_len'][0]}..{cfg['train_len'][1]}" if key == "length"
              else ",".join(map(str, cfg["task_options"]["delays"]))))
@@ -106,6 +113,19 @@ def eval_command(args) -> None:
         fig.tight_layout()
         fig.savefig(args.plot, dpi=120)
         print(f"figure: {args.plot}")
+
+
+def check_writable(path: str | None, flag: str) -> None:
+    """Refuse, before anything is computed, a --json or --plot file that could not be written."""
+    if path is None:
+        return
+    existed = os.path.exists(path)
+    try:
+        open(path, "a").close()  # what writing it will take, without changing a file that is there
+    except OSError as e:  # a missing folder, a folder, no permission
+        raise UsageError(f"{flag} {path}: {e.strerror}") from None
+    if not existed:
+        os.remove(path)
 
 
 def llm_eval_command(args) -> None:
@@ -249,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", default=None, choices=sorted(tasks.TEXT_TASKS), help="LLM text task (babilong)")
     p.add_argument("--scaling", choices=tuple(lengen.SCHEDULES), default=None,
                    help="evaluate with another rotary schedule (e.g. inference-time YaRN)")
-    p.add_argument("--factor", type=float, default=None)
+    p.add_argument("--factor", type=train.finite, default=None)
     p.add_argument("--original-len", type=int, default=None)
     p.add_argument("--plot", default=None, metavar="PNG")
     p.add_argument("--json", default=None, metavar="FILE")
@@ -266,10 +286,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's SIGTERM is a Ctrl-C
     try:
         args = build_parser().parse_args(argv)
+        train.check_machine(args.device, args.threads)
         if args.threads:
             torch.set_num_threads(args.threads)
+        if args.factor is not None and args.factor < 1:
+            raise UsageError(f"--factor must be >= 1 (it stretches the context), got {args.factor:g}")
+        if not (args.bench or args.experiment):
+            check_writable(args.json, "--json")
+            check_writable(args.plot, "--plot")
         if args.bench:
             run_experiment("bench", args)
         elif args.experiment:
@@ -283,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             eval_command(args)
         else:
             raise UsageError("give a run directory, --experiment NAME or --bench")
+        sys.stdout.flush()  # a closed pipe (| head) shows here, inside the try, rather than at exit
     except UsageError as e:
         print(f"eval.py: error: {e}", file=sys.stderr)
         return 2
@@ -292,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("eval.py: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        train.closed_stdout("eval.py")
+        return 2
     return 0
 
 

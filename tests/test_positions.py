@@ -47,7 +47,7 @@ def rotate(u, angle, scale):
 
 def by_hand(model, idx, positions):
     """The GPT's forward for one layer, token by token, from the formulas: what model(idx, positions) must give."""
-    cfg, block = model.config, model.blocks[0]
+    cfg = model.config
     B, T = idx.shape
     H, D = cfg.n_head, cfg.d_model // cfg.n_head
     w = {name: p.detach().double() for name, p in model.named_parameters()}

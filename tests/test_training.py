@@ -5,7 +5,6 @@ a run samples reaching the model.
 Runs go through train.run, exactly as `python train.py ...` would; the GPT's forward is wrapped (record_forwards)
 to see what each training step computed, and with which weights.
 """
-import math
 import os
 
 import pytest

@@ -1,0 +1,211 @@
+"""The run folder: what train.py writes in runs/NAME and how, so that nothing is ever lost.
+
+- Every file is written to a temporary name, flushed to the disk and renamed over the old one (save_atomic):
+  a kill or a power cut leaves the old file or the new one, never a part of one.
+- A run is held while it trains (hold): a second train.py on the same folder is turned away in one line.
+- --force builds the new run beside the old one and swaps it in only once it is whole (prepare_run_dir,
+  swap_in): a new run that fails to start leaves the old one exactly as it was.
+- Ctrl-C and SIGTERM (what a cluster scheduler sends before it preempts a job) finish the step in flight
+  (signals_deferred), so a checkpoint is always a step boundary and --resume continues bit for bit.
+- config.json and checkpoint.pt are checked to hold what a run holds before anything reads them.
+
+Bad input anywhere in lengen is a UsageError: one line on stderr and exit status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+
+import torch
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one line and exit status 2, never a traceback."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM during training: the checkpoint is saved, the run can be resumed."""
+
+
+def save_atomic(path: str, write) -> None:
+    """write(f) fills a temporary file that is flushed to the disk before it is renamed over `path`, and the
+    rename is flushed too: a kill or a power cut leaves the old file or the new one, never a part of one."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    sync_folder(os.path.dirname(path))
+
+
+def sync_folder(folder: str) -> None:
+    """Flush a folder's entries (new names, renames) to the disk."""
+    fd = os.open(folder or ".", os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+
+
+# What every small-GPT run's config.json and checkpoint.pt hold; eval.py and --resume refuse files without them.
+RUN_KEYS = ("task", "task_options", "train_len", "vocab_size", "layers", "heads", "dim", "no_mlp", "attention",
+            "linear_normalised", "encoding", "rope_base", "scaling", "factor", "original_len", "max_len",
+            "positions", "max_position", "curriculum", "steps", "batch", "lr", "wd", "warmup", "seed", "init",
+            "save_every", "eval_samples", "device", "threads")
+CHECKPOINT_KEYS = ("model", "optimizer", "step", "data_rng", "position_rng", "torch_rng")
+
+
+def read_config(run_dir: str) -> dict:
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(path):
+        raise UsageError(f"{run_dir}: not a run directory (no config.json)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except ValueError:  # not JSON, or not even UTF-8 text
+        raise UsageError(f"{path} is corrupt (not JSON)") from None
+    missing = [k for k in RUN_KEYS if k not in cfg] if isinstance(cfg, dict) else RUN_KEYS
+    if missing:
+        raise UsageError(f"{path} is not a small-GPT run's config (no '{missing[0]}')")
+    return cfg
+
+
+def load_checkpoint(run_dir: str) -> dict:
+    path = os.path.join(run_dir, "checkpoint.pt")
+    if not os.path.isfile(path):
+        raise UsageError(f"{run_dir}: no checkpoint.pt (is it a run directory?)")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # a truncated or foreign file: any unpickling error means the same to the user
+        raise UsageError(f"{path} is corrupt or not a lengen checkpoint ({type(e).__name__})") from None
+    missing = [k for k in CHECKPOINT_KEYS if k not in ckpt] if isinstance(ckpt, dict) else CHECKPOINT_KEYS
+    if missing:
+        raise UsageError(f"{path} is not a lengen checkpoint (no '{missing[0]}')")
+    return ckpt
+
+
+# How a run is being executed, not what it is: never saved in config.json, so a resumed run takes them afresh.
+# (threads is saved: CPU results depend on the thread count, so a resume uses the same one unless told.)
+RUNTIME_KEYS = ("resume", "force", "quiet")
+RUN_FILES = ("config.json", "checkpoint.pt", "log.jsonl", "final.json", "model")  # what --force replaces
+
+
+def beside(out: str, suffix: str) -> str:
+    """A hidden name next to the run folder: runs/NAME -> runs/.NAME.lock, runs/.NAME.new."""
+    parent, name = os.path.split(os.path.abspath(out))
+    return os.path.join(parent, f".{name}.{suffix}")
+
+
+@contextlib.contextmanager
+def hold(out: str):
+    """Hold the run folder `out` while the block runs: a second train.py on it is turned away in one line
+    instead of racing this one for its files. The lock is an flock on runs/.NAME.lock, which the kernel drops
+    however the process ends. What a process killed outright leaves (a half-built new run, *.tmp files) is
+    cleared on the way in; this process's own on the way out."""
+    lock = beside(out, "lock")
+    try:
+        os.makedirs(os.path.dirname(lock), exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise UsageError(f"{out} is in use by another train.py; wait for it to finish") from None
+            if os.fstat(fd).st_nlink:  # still the lock file, not one its last holder removed as we opened it
+                break
+            os.close(fd)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise UsageError(f"cannot write to {out}: {e.strerror}") from None
+    try:
+        tidy(out)
+        yield
+    finally:
+        tidy(out)
+        os.remove(lock)
+        os.close(fd)
+
+
+def tidy(out: str) -> None:
+    shutil.rmtree(beside(out, "new"), ignore_errors=True)
+    for tmp in (os.path.join(out, name + ".tmp") for name in RUN_FILES):
+        if os.path.isfile(tmp):
+            os.remove(tmp)
+
+
+def prepare_run_dir(cfg: dict) -> str:
+    """Check that cfg['out'] may take a new run, and make the empty folder beside it where the run is built;
+    swap_in puts it in place once it is whole."""
+    out = cfg["out"]
+    if os.path.exists(os.path.join(out, "config.json")) and not cfg["force"]:
+        raise UsageError(f"{out} already holds a run: --resume to continue it, --force to overwrite it")
+    if os.path.exists(out) and not (os.path.isdir(out) and os.access(out, os.W_OK)):
+        raise UsageError(f"cannot write to {out}: not a writable folder")
+    try:
+        os.makedirs(beside(out, "new"))
+    except OSError as e:
+        raise UsageError(f"cannot write to {out}: {e.strerror}") from None
+    return beside(out, "new")
+
+
+def swap_in(new: str, out: str) -> None:
+    """Put the run built in `new` where `out` is: one rename, or, when `out` is a folder already, its run's
+    files replaced by the new run's (other files there, such as a figure saved beside the run, stay). Ctrl-C
+    and SIGTERM wait for it; only a SIGKILL within these few renames could leave a mix of two runs."""
+    with signals_deferred() as stop:
+        if not os.path.isdir(out):
+            os.rename(new, out)
+        else:
+            for name in RUN_FILES:
+                old = os.path.join(out, name)
+                if os.path.isdir(old):
+                    shutil.rmtree(old)
+                elif os.path.exists(old):
+                    os.remove(old)
+            for name in os.listdir(new):
+                os.rename(os.path.join(new, name), os.path.join(out, name))
+            os.rmdir(new)
+        sync_folder(out)
+        sync_folder(os.path.dirname(os.path.abspath(out)))
+    if stop:  # now that the run is whole, a Ctrl-C or SIGTERM that came during the swap stops the command
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Ctrl-C and SIGTERM only add their number to the list this yields, so that the work in the block (a
+    training step, a swap) completes; the block decides when to stop. Only the main thread can catch signals:
+    elsewhere (an experiment's worker thread) the block runs unguarded."""
+    stop = []
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {s: signal.signal(s, lambda signum, _: stop.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def write_config(out: str, cfg: dict) -> None:
+    text = json.dumps({k: v for k, v in cfg.items() if k not in RUNTIME_KEYS}, indent=1)
+    save_atomic(os.path.join(out, "config.json"), lambda f: f.write(text.encode()))
+
+
+def open_log(out: str, fresh: bool):
+    """log.jsonl, line-buffered so that `tail -f` works; a fresh run starts it empty, a resumed one appends."""
+    return open(os.path.join(out, "log.jsonl"), "w" if fresh else "a", buffering=1)
+
+
+def closed_stdout(program: str) -> None:
+    """stdout was closed by its reader (| head): say so in one line, and send whatever Python still flushes
+    at exit to /dev/null, so that no second error follows."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    print(f"{program}: error: the output was closed before all of it was written", file=sys.stderr)

@@ -1,0 +1,241 @@
+"""Bad input, tried as a careful user would: each case ends with exit status 2 and one line on stderr, never a
+traceback, and leaves every existing run byte for byte as it was. Then what a kill, a scheduler's SIGTERM or a
+second train.py on the same run may do: nothing is lost, and a resumed run equals an uninterrupted one."""
+import importlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import train
+from test_cli import ROOT, TINY, cli, weights
+
+
+def main(script, args):
+    """train.py's or eval.py's main() in this process, which is faster than a new one: a traceback would fail
+    the test as an error. main() makes SIGTERM a Ctrl-C; the test process gets its own handler back."""
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        return importlib.import_module(script).main(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def snapshot(folder):
+    """Every file under `folder` (hidden ones too), by relative path, with its bytes."""
+    return {os.path.relpath(os.path.join(d, f), folder): open(os.path.join(d, f), "rb").read()
+            for d, _, files in os.walk(folder) for f in files}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A folder of runs: 'run', a good tiny run, and broken copies of it named after what is wrong."""
+    root = tmp_path_factory.mktemp("runs")
+    run = str(root / "run")
+    train.run(TINY + ["--steps", "20", "--out", run])
+    broken = {"config-list": ("config.json", b"[1, 2]"), "config-empty": ("config.json", b"{}"),
+              "config-binary": ("config.json", b"\xff\xfe\x00 not utf-8")}
+    for name, (file, content) in broken.items():
+        shutil.copytree(run, root / name)
+        (root / name / file).write_bytes(content)
+    ckpt = torch.load(os.path.join(run, "checkpoint.pt"), weights_only=False)
+    for name, content in {"ckpt-tensor": torch.zeros(3),
+                          "ckpt-no-model": {k: v for k, v in ckpt.items() if k != "model"},
+                          "ckpt-no-optimizer": {k: v for k, v in ckpt.items() if k != "optimizer"}}.items():
+        shutil.copytree(run, root / name)
+        torch.save(content, root / name / "checkpoint.pt")
+    return root
+
+
+cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="the case is a machine without CUDA")
+
+# (script, arguments, a piece of the one line it must print). {runs} is the folder of runs above, {tmp} an empty
+# folder that must stay empty. train.py also gets --quiet, --steps 2 --threads 1 unless it resumes, and
+# --out {tmp}/new unless the case names one.
+CASES = [
+    # --force replaces a run only once the new one has passed every check
+    ("train", ["--out", "{runs}/run", "--force", "--init", "{tmp}/missing"], "not a run directory"),
+    ("train", ["--out", "{runs}/run", "--force", "--init", "{runs}/run", "--dim", "16"], "do not fit"),
+    ("train", ["--out", "{runs}/run", "--force", "--init", "{runs}/ckpt-tensor"], "not a lengen checkpoint"),
+    ("train", ["--out", "{runs}/run", "--force", "--lr", "nan"], "finite"),
+    # numbers that are not numbers
+    ("train", ["--lr", "inf"], "finite"),
+    ("train", ["--wd", "nan"], "finite"),
+    ("train", ["--rope-base", "nan"], "finite"),
+    ("train", ["--scaling", "yarn", "--factor", "inf"], "finite"),
+    ("train", ["--scaling", "yarn", "--factor", "nan"], "finite"),
+    ("eval", ["{runs}/run", "--scaling", "yarn", "--factor", "inf"], "finite"),
+    ("eval", ["{runs}/run", "--scaling", "yarn", "--factor", "nan"], "finite"),
+    ("train", ["--seed", str(2 ** 64)], "64-bit"),
+    # --resume continues a run with its own settings, or refuses
+    ("train", ["--resume", "--out", "{runs}/run", "--steps", "60"], "--steps 60 (the run has 20)"),
+    ("train", ["--resume", "--out", "{runs}/run", "--encoding", "alibi", "--lr", "5"],
+     "--encoding alibi (the run has rope), --lr 5.0"),
+    ("train", ["--resume", "--out", "{runs}/run", "--force"], "choose one"),
+    ("train", ["--resume", "--out", "{runs}/ckpt-tensor"], "not a lengen checkpoint"),
+    ("train", ["--resume", "--out", "{runs}/ckpt-no-optimizer"], "no 'optimizer'"),
+    ("train", ["--resume", "--out", "{runs}/config-empty"], "not a small-GPT run's config"),
+    # runs that are not runs
+    ("eval", ["{runs}/config-list"], "not a small-GPT run's config"),
+    ("eval", ["{runs}/config-empty"], "not a small-GPT run's config"),
+    ("eval", ["{runs}/config-binary"], "corrupt"),
+    ("eval", ["{runs}/ckpt-tensor"], "not a lengen checkpoint"),
+    ("eval", ["{runs}/ckpt-no-model"], "no 'model'"),
+    # evaluation settings
+    ("eval", ["{runs}/run", "--scaling", "yarn"], "needs --factor"),
+    ("eval", ["{runs}/run", "--original-len", "8"], "give --scaling"),
+    pytest.param("eval", ["{runs}/run", "--device", "cuda"], "no such device", marks=cuda),
+    ("eval", ["{runs}/run", "--device", "nosuch"], "unknown --device"),
+    ("eval", ["{runs}/run", "--threads", "-1"], "--threads must be >= 1"),
+    ("train", ["--threads", "-1"], "--threads must be >= 1"),
+    # sizes that cannot fit are refused with what they would need, before anything is allocated
+    ("eval", ["{runs}/run", "--lengths", "1000000000"], "GiB"),
+    ("eval", ["{runs}/run", "--lengths", str(2 ** 63)], "GiB"),
+    ("eval", ["{runs}/run", "--delays", "0:1000000000"], "more than 100,000 values"),
+    ("train", ["--train-len", "1000000000"], "GiB"),
+    # where results go is checked before they are computed
+    ("eval", ["{runs}/run", "--json", "{tmp}/missing/rows.json"], "No such file or directory"),
+    ("eval", ["{runs}/run", "--json", "{runs}"], "Is a directory"),
+    ("eval", ["{runs}/run", "--json", "{runs}/run/config.json/rows.json"], "Not a directory"),
+    ("eval", ["{runs}/run", "--plot", "{tmp}/missing/accuracy.png"], "No such file or directory"),
+]
+
+
+@pytest.mark.parametrize("script, args, message", CASES)
+def test_bad_input_is_one_line_and_changes_nothing(runs, tmp_path, capsys, script, args, message):
+    args = [a.format(runs=runs, tmp=tmp_path) for a in args]
+    if script == "train":
+        args = ["--quiet"] + ([] if "--resume" in args else ["--steps", "2", "--threads", "1"]) \
+            + ([] if "--out" in args else ["--out", f"{tmp_path}/new"]) + args
+    before = snapshot(runs)
+    assert main(script, args) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+    assert snapshot(runs) == before  # no run touched, no lock or half-built run left beside them
+    assert os.listdir(tmp_path) == []  # and nothing new anywhere else
+
+
+@pytest.mark.parametrize("script, spec, message", [("train.py", "{tmp}/missing.gguf", "no such file"),
+                                                   ("train.py", "nosuch-org/nosuch-model", "not in the local cache"),
+                                                   ("eval.py", "nosuch-org/nosuch-model", "not in the local cache")])
+def test_llm_that_cannot_be_loaded_is_one_line_at_once(tmp_path, script, spec, message):
+    """A hub id that is not in the local cache, with no hub in reach (a .invalid name never resolves): one
+    line, not a minute of download retries. In a new process: the hub's address is read at import."""
+    pytest.importorskip("transformers")
+    args = ["--llm", spec.format(tmp=tmp_path)] + (["--out", str(tmp_path / "new")] if script == "train.py" else [])
+    env = {**os.environ, "HF_ENDPOINT": "http://hub.invalid", "HF_HOME": str(tmp_path / "hf-home")}
+    result = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True, text=True,
+                            cwd=ROOT, timeout=300, env=env)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert message in result.stderr
+    assert set(os.listdir(tmp_path)) <= {"hf-home"}  # no run folder
+
+
+def test_output_closed_early_is_one_line(runs):
+    """`eval.py RUN | head -2`: the reader leaves before the table is written (here: before anything is)."""
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "eval.py"), str(runs / "run"), "--lengths", "16",
+                             "--samples", "8", "--threads", "1"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 2
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "closed" in err, err
+
+
+def test_a_forced_run_stopped_before_it_is_whole_leaves_the_old_one(tmp_path, monkeypatch):
+    run = str(tmp_path / "run")
+    train.run(TINY + ["--steps", "5", "--out", run])
+    open(os.path.join(run, "figure.png"), "wb").write(b"the user's own file")
+    before = snapshot(tmp_path)
+
+    def ctrl_c(*_):  # as the new run, all checks passed and its step-0 checkpoint written, is about to go in
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train, "swap_in", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        train.run(TINY + ["--steps", "5", "--seed", "1", "--out", run, "--force"])
+    assert snapshot(tmp_path) == before  # the old run whole, nothing half-built beside it, the lock gone
+    monkeypatch.undo()
+    train.run(TINY + ["--steps", "5", "--seed", "1", "--out", run, "--force"])
+    assert snapshot(tmp_path)["run/figure.png"] == b"the user's own file"  # --force replaces the run's files only
+    assert json.loads(open(os.path.join(run, "config.json")).read())["seed"] == 1
+    assert sorted(os.listdir(tmp_path)) == ["run"]
+
+
+def start(*args):
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def logged(run):
+    """The steps logged so far (the last line may be cut: skipped), without the timing column."""
+    path = os.path.join(run, "log.jsonl")
+    lines = open(path).read().split("\n")[:-1] if os.path.exists(path) else []
+    return [{k: v for k, v in json.loads(line).items() if k != "tokens_per_s"} for line in lines]
+
+
+def wait_for_step(run, step):
+    deadline = time.time() + 120
+    while not any(r["step"] >= step for r in logged(run)):
+        assert time.time() < deadline, f"{run} did not reach step {step}"
+        time.sleep(0.01)
+
+
+KILLED = TINY + ["--steps", "600", "--positions", "randomized", "--max-position", "64"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    run = str(tmp_path_factory.mktemp("whole") / "run")
+    train.run(KILLED + ["--out", run])
+    return run
+
+
+@pytest.mark.parametrize("sig, save_every, kill_at", [
+    (signal.SIGKILL, 50, 70),     # past the checkpoint at step 50: steps 60 and 70 are logged, not saved
+    (signal.SIGKILL, 1000, 10),   # before the first periodic checkpoint: the run resumes from step 0
+    (signal.SIGTERM, 50, 70)], ids=["SIGKILL", "SIGKILL-early", "SIGTERM"])
+def test_killed_run_resumes_to_the_same_weights_and_log(uninterrupted, tmp_path, sig, save_every, kill_at):
+    run = str(tmp_path / "run")
+    proc = start(*KILLED, "--save-every", str(save_every), "--out", run)
+    wait_for_step(run, kill_at)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    if sig == signal.SIGTERM:  # a scheduler's preemption: the step finishes, is saved, and the user told how to go on
+        assert proc.returncode == 130 and f"--resume --out {run}" in err, err
+    assert torch.load(os.path.join(run, "checkpoint.pt"), weights_only=False)["step"] < 600, "not interrupted"
+    resumed = cli("train.py", "--resume", "--out", run, "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    assert logged(run) == logged(uninterrupted)  # every step once
+    wa, wb = weights(uninterrupted), weights(run)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert sorted(os.listdir(tmp_path)) == ["run"] and not [f for f in os.listdir(run) if f.endswith(".tmp")]
+
+
+def test_two_trainings_into_one_folder_one_is_turned_away(tmp_path, capsys):
+    run = str(tmp_path / "run")
+    both = [start(*TINY, "--steps", "100000", "--out", run) for _ in range(2)]
+    try:
+        wait_for_step(run, 10)
+        deadline = time.time() + 120
+        while all(p.poll() is None for p in both):
+            assert time.time() < deadline, "both are still running"
+            time.sleep(0.01)
+        second, first = sorted(both, key=lambda p: p.poll() is None)
+        err = second.communicate()[1]
+        assert second.returncode == 2 and len(err.splitlines()) == 1 and "in use" in err, err
+        for args in (["--force", *TINY, "--steps", "5"], ["--resume"]):  # nor can --force or --resume get in
+            assert main("train", [*args, "--out", run]) == 2
+            assert "in use" in capsys.readouterr().err
+        assert first.poll() is None
+    finally:
+        for p in both:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=120) == 130
+    assert sorted(os.listdir(tmp_path)) == ["run"]  # the lock file went with the lock
