@@ -153,6 +153,12 @@ def load_for_eval(spec: str, device: str, scaling: str | None = None, factor: fl
     return model, tokenizer, label
 
 
+def checkpoint_activations(model) -> None:
+    """Gradient checkpointing: recompute activations in the backward pass instead of keeping them (the name
+    changed in transformers 5.x; the old one is going away)."""
+    (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+
+
 def decoder_hidden(model, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """The decoder's last hidden states (1, T, d) for token ids at the given position ids, every token attending
     to its whole prefix. The attention mask is passed even though it is all ones: with position ids that are

@@ -609,7 +609,7 @@ def train_llm(cfg: dict, on_step=None):
         else None
     cuda = cfg["device"].startswith("cuda")
     if cuda:
-        model.gradient_checkpointing_enable()
+        hf.checkpoint_activations(model)
     if cfg["lora"]:
         import peft
         model = peft.get_peft_model(model, peft.LoraConfig(r=cfg["lora"], lora_alpha=2 * cfg["lora"],

@@ -111,7 +111,7 @@ def test_every_llm_forward_attends_across_position_gaps(tiny_llm):
     that path are on (checkpointing, no cache, training mode): changing token 0 must change the last token's
     state through hf.decoder_hidden, the forward fine-tuning uses. The unmasked call is shown to fail."""
     model, _ = hf.load_llm(tiny_llm)
-    model.gradient_checkpointing_enable()
+    hf.checkpoint_activations(model)
     model.config.use_cache = False
     model.train()
     ids = torch.randint(2, 100, (1, 48), generator=torch.Generator().manual_seed(0))
