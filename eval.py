@@ -27,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 import lengen
-import tasks
+import text_tasks
 import train
 from train import UsageError
 
@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=None,
                    help="sequences per length or delay (default 256; an LLM: 5 prompts)")
     p.add_argument("--llm", default=None, help="evaluate a base LLM (smollm2, a directory, a .gguf, a hub id)")
-    p.add_argument("--task", default=None, choices=sorted(tasks.TEXT_TASKS), help="LLM text task (babilong)")
+    p.add_argument("--task", default=None, choices=sorted(text_tasks.TEXT_TASKS), help="LLM text task (babilong)")
     p.add_argument("--scaling", choices=tuple(lengen.SCHEDULES), default=None,
                    help="evaluate with another rotary schedule (e.g. inference-time YaRN)")
     p.add_argument("--factor", type=train.finite, default=None)

@@ -15,7 +15,7 @@ import os
 import torch
 
 import lengen
-import tasks
+import text_tasks
 import train
 from train import UsageError
 
@@ -132,7 +132,7 @@ def chat_ids(tokenizer, prompt: str, answer: str | None = None) -> tuple[torch.T
 
 def text_sample(tokenizer, task: str, length: int, seed: int, options: dict) -> tuple[str, str]:
     """A (prompt, answer) whose chat-formatted prompt fits in `length` tokens (32 kept for the template)."""
-    return tasks.make_text_sample(task, length - 32, seed, lambda t: len(tokenizer(t).input_ids), **options)
+    return text_tasks.make_text_sample(task, length - 32, seed, lambda t: len(tokenizer(t).input_ids), **options)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -182,7 +182,7 @@ def score_prompt(model, tokenizer, prompt: str, answer: str, candidates=(), devi
       position (1 = the model prefers the right answer to every other candidate; ties count half);
     - logprob: log p(answer | prompt), the answer's tokens teacher-forced after the prompt;
     - said / right: greedy decoding from the prompt, and whether the answer's words occur in what it said
-      (tasks.answer_matches).
+      (text_tasks.answer_matches).
     bf16: run the forwards under bfloat16 autocast (about 3x faster on a CPU with AVX-512 BF16, as on a GPU);
     log-probabilities are taken in float32 either way."""
     with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
@@ -219,7 +219,7 @@ def _score_prompt(model, tokenizer, prompt, answer, candidates, device, max_new_
         torch.set_num_threads(threads)
     said = tokenizer.decode(said, skip_special_tokens=True).strip()
     return {"tokens": n_prompt, "logprob": logprob, "rank": rank, "said": said,
-            "right": tasks.answer_matches(said, answer)}
+            "right": text_tasks.answer_matches(said, answer)}
 
 
 def _cache_keyword(model) -> str:
@@ -233,7 +233,7 @@ def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options
     tokens, the same prompts for every model. Exact match has a 95 % Wilson interval; the answer's
     log-probability and the fraction of prompts where the right candidate ranks first have mean +- 1.96
     standard errors. The seeds lie far from the training samples' (train.py uses seed * 1,000,003 + i)."""
-    candidates = tasks.ANSWER_CANDIDATES.get(task, ())
+    candidates = text_tasks.ANSWER_CANDIDATES.get(task, ())
     scores = []
     for i in range(samples):
         prompt, answer = text_sample(tokenizer, task, length, seed + i, options or {})

@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 import lengen
 import tasks
+import text_tasks
 from runs import (Interrupted, UsageError, beside, closed_stdout, hold, load_checkpoint, open_log,
                   prepare_run_dir, read_config, save_atomic, signals_deferred, swap_in, write_config)
 
@@ -116,7 +117,7 @@ LLM_RANGE, LLM_RANGE_SHAPE = 2.0, "paper-r"
 
 def build_parser() -> Parser:
     p = Parser(description="Train one small GPT on one task, or fine-tune an LLM with --llm (see README).")
-    p.add_argument("--task", default=None, choices=sorted(tasks.TASKS) + sorted(tasks.TEXT_TASKS),
+    p.add_argument("--task", default=None, choices=sorted(tasks.TASKS) + sorted(text_tasks.TEXT_TASKS),
                    help="default: retrieval (small GPT), babilong (--llm)")
     p.add_argument("--train-len", type=int_range, default=None, metavar="N|LOW:HIGH",
                    help="sequence length, or a range drawn from per batch (default 8:24; --llm: 512)")
@@ -200,7 +201,7 @@ def refuse_unused(args: argparse.Namespace, parser: argparse.ArgumentParser, fla
 
 def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     args.task = args.task or "retrieval"
-    if args.task in tasks.TEXT_TASKS:
+    if args.task in text_tasks.TEXT_TASKS:
         raise UsageError(f"'{args.task}' is a text task for an LLM: add --llm smollm2 (or another model)")
     refuse_unused(args, parser, LLM_ONLY, lambda flag: "is for --llm runs")
     check_runtime(args)
@@ -566,10 +567,10 @@ def resolve_llm(args: argparse.Namespace, parser: argparse.ArgumentParser) -> di
     if not cfg["range"] >= 1:
         raise UsageError(f"--range {cfg['range']:g}: the range must hold the sample (>= 1 x its length)")
     cfg["task"] = args.task or "babilong"
-    if cfg["task"] not in tasks.TEXT_TASKS:
-        raise UsageError(f"--llm trains on a text task ({', '.join(tasks.TEXT_TASKS)}), not '{cfg['task']}'")
+    if cfg["task"] not in text_tasks.TEXT_TASKS:
+        raise UsageError(f"--llm trains on a text task ({', '.join(text_tasks.TEXT_TASKS)}), not '{cfg['task']}'")
     options = {"facts": args.facts} if args.facts is not None else {}
-    tasks.make_text_sample(cfg["task"], 10 ** 6, 0, len, **options)  # unknown options fail here
+    text_tasks.make_text_sample(cfg["task"], 10 ** 6, 0, len, **options)  # unknown options fail here
     cfg["task_options"] = options
     if args.train_len[0] != args.train_len[1]:
         raise UsageError("--llm takes one --train-len N (tokens per training sample)")

@@ -116,7 +116,7 @@ BAD_TRAIN = [
     (["--offset", "5", "--train-len", "5:24"], "offset < length"),
     (["--init", "/nonexistent/run"], "not a run directory"),
     (["--heads", "0"], ">= 1"),
-    (["--eval-samples", "0"], ">= 1"),
+    (["--eval-samples", "-1"], ">= 0"),
     (["--lr", "-1"], "--lr must be > 0"),
     (["--threads", "0"], "--threads"),
     (["--device", "foo"], "unknown --device"),

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import lengen
-import tasks
+import text_tasks
 import train
 
 transformers = pytest.importorskip("transformers")
@@ -30,9 +30,9 @@ def tiny_llm(tmp_path_factory):
     covers every word the text tasks write."""
     folder = str(tmp_path_factory.mktemp("tiny-llama"))
     vocab = {"[UNK]": 0, "</s>": 1}
-    for name in tasks.TEXT_TASKS:
+    for name in text_tasks.TEXT_TASKS:
         for seed in range(40):
-            prompt, answer = tasks.make_text_sample(name, 400, seed, lambda s: len(s.split()))
+            prompt, answer = text_tasks.make_text_sample(name, 400, seed, lambda s: len(s.split()))
             for w in words(prompt + " " + answer + " Answer :"):
                 vocab.setdefault(w, len(vocab))
     model = tokenizers.models.WordLevel(vocab, unk_token="[UNK]")
@@ -247,8 +247,8 @@ def test_score_prompt_equals_a_full_forward_and_generate(tiny_llm):
     or over the end of turn), the greedy answer diverging from model.generate (a cache reused after the
     teacher-forced answer extended it), or the candidate rank read from the wrong distribution."""
     model, tokenizer = hf.load_llm(tiny_llm)
-    prompt, answer = tasks.make_text_sample("babilong", 200, 3, lambda s: len(tokenizer(s).input_ids), facts=1)
-    score = hf.score_prompt(model, tokenizer, prompt, answer, tasks.PLACES)
+    prompt, answer = text_tasks.make_text_sample("babilong", 200, 3, lambda s: len(tokenizer(s).input_ids), facts=1)
+    score = hf.score_prompt(model, tokenizer, prompt, answer, text_tasks.PLACES)
     full, n_prompt = hf.chat_ids(tokenizer, prompt, answer)  # prompt, answer, end of turn
     with torch.no_grad():
         logp = model(full).logits[0].log_softmax(-1)
@@ -259,7 +259,7 @@ def test_score_prompt_equals_a_full_forward_and_generate(tiny_llm):
     assert score["said"] == tokenizer.decode(generated[0, n_prompt:], skip_special_tokens=True).strip()
     first = logp[n_prompt - 1]
     right = first[tokenizer(answer, add_special_tokens=False).input_ids[0]]
-    others = [first[tokenizer(c, add_special_tokens=False).input_ids[0]] for c in tasks.PLACES if c != answer]
+    others = [first[tokenizer(c, add_special_tokens=False).input_ids[0]] for c in text_tasks.PLACES if c != answer]
     assert score["rank"] == 1 + sum(float(o > right) for o in others) + 0.5 * sum(float(o == right) for o in others)
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import lengen
-import tasks
+import text_tasks
 import train
 
 transformers = pytest.importorskip("transformers")
@@ -34,7 +34,7 @@ def sharp_llm(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("sharp-llama"))
     vocab = {"[UNK]": 0, "</s>": 1}
     for seed in range(40):
-        prompt, answer = tasks.make_text_sample("passkey", 400, seed, lambda s: len(s.split()))
+        prompt, answer = text_tasks.make_text_sample("passkey", 400, seed, lambda s: len(s.split()))
         for word in re.findall(r"\w+|[^\w\s]", prompt + " " + answer + " Answer :"):
             vocab.setdefault(word, len(vocab))
     backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))

@@ -1,4 +1,4 @@
-"""Tests for the long-context text tasks in tasks.py: budgets, determinism, and answers re-derived from the prompt."""
+"""Tests for the long-context text tasks (text_tasks.py): budgets, determinism, answers re-derived from the prompt."""
 
 import os
 import re
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import tasks  # noqa: E402
+import text_tasks  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -36,10 +36,10 @@ CASE_IDS = [f"{name}-{'-'.join(f'{k}{v}' for k, v in options.items())}" for name
 
 
 def test_registry():
-    assert set(tasks.TEXT_TASKS) == {"passkey", "babilong", "mrcr"}
-    assert tasks.text_task_options("passkey") == {"depth": None}
-    assert tasks.text_task_options("babilong") == {"facts": 1, "depth": None}
-    assert tasks.text_task_options("mrcr") == {"needles": 4, "index": None}
+    assert set(text_tasks.TEXT_TASKS) == {"passkey", "babilong", "mrcr"}
+    assert text_tasks.text_task_options("passkey") == {"depth": None}
+    assert text_tasks.text_task_options("babilong") == {"facts": 1, "depth": None}
+    assert text_tasks.text_task_options("mrcr") == {"needles": 4, "index": None}
 
 
 # -----------------------------------------------------------------------------
@@ -51,7 +51,7 @@ def test_registry():
 def test_prompt_fits_the_budget_and_nearly_fills_it(name, options, counter):
     count = COUNTERS[counter]
     for length in (200, 1000, 4000):
-        prompt, answer = tasks.make_text_sample(name, length, 5, count, **options)
+        prompt, answer = text_tasks.make_text_sample(name, length, 5, count, **options)
         n = count(prompt)
         assert n <= length
         if length >= 500:
@@ -70,17 +70,17 @@ def test_counting_stays_cheap(name, options):
         calls.append(len(s))
         return words(s)
 
-    prompt, _ = tasks.make_text_sample(name, 30000, 0, counting, **options)
+    prompt, _ = text_tasks.make_text_sample(name, 30000, 0, counting, **options)
     assert len(calls) <= 30, len(calls)
     assert max(calls) <= 1.5 * len(prompt), "never counts a prompt far longer than the budget"
 
 
 @pytest.mark.parametrize("name, options", CASES, ids=CASE_IDS)
 def test_same_seed_same_text_other_seed_other_text(name, options):
-    a = tasks.make_text_sample(name, 800, 11, words, **options)
-    b = tasks.make_text_sample(name, 800, 11, words, **options)
+    a = text_tasks.make_text_sample(name, 800, 11, words, **options)
+    b = text_tasks.make_text_sample(name, 800, 11, words, **options)
     assert a == b
-    others = {tasks.make_text_sample(name, 800, seed, words, **options) for seed in range(12, 17)}
+    others = {text_tasks.make_text_sample(name, 800, seed, words, **options) for seed in range(12, 17)}
     assert a not in others and len(others) == 5
     assert len({answer for _, answer in others | {a}}) >= 2
 
@@ -88,7 +88,7 @@ def test_same_seed_same_text_other_seed_other_text(name, options):
 @pytest.mark.parametrize("name, options", CASES, ids=CASE_IDS)
 def test_one_seed_one_story_whatever_the_length_or_counter(name, options):
     # only the amount of filler changes: the answer stays, and a shorter prompt's filler is a prefix of a longer's
-    samples = [tasks.make_text_sample(name, length, 4, count, **options)
+    samples = [text_tasks.make_text_sample(name, length, 4, count, **options)
                for length in (300, 900) for count in (words, quarter_chars)]
     assert len({answer for _, answer in samples}) == 1
     if name == "babilong":
@@ -109,7 +109,7 @@ def body_of(prompt):
 
 def test_passkey_answer_is_the_number_in_the_key_sentence():
     for seed in range(30):
-        prompt, answer = tasks.passkey(400, seed, words)
+        prompt, answer = text_tasks.passkey(400, seed, words)
         found = re.findall(r"The pass key is (\d+)\. Remember it\. (\d+) is the pass key\.", prompt)
         assert len(found) == 1 and found[0][0] == found[0][1] == answer
         assert re.fullmatch(r"\d{5}", answer)
@@ -119,7 +119,7 @@ def test_passkey_answer_is_the_number_in_the_key_sentence():
 
 def test_passkey_depth_places_the_key():
     def relative_position(depth):
-        prompt, _ = tasks.passkey(2000, 3, words, depth=depth)
+        prompt, _ = text_tasks.passkey(2000, 3, words, depth=depth)
         body = body_of(prompt)
         return body.index("The pass key is") / len(body)
 
@@ -166,11 +166,11 @@ def replay(events):
 @pytest.mark.parametrize("facts", [1, 2, 3])
 def test_babilong_answer_replays_from_the_story(facts):
     for seed in range(40):
-        prompt, answer = tasks.babilong(500, seed, words, facts=facts)
+        prompt, answer = text_tasks.babilong(500, seed, words, facts=facts)
         events = story_events(prompt)
         # every mention of a person in the body is a parsed story sentence: the filler mentions nobody
         assert len(re.findall(r"\b" + NAME + r"\b", body_of(prompt))) == len(events)
-        assert all(place in tasks.PLACES for kind, _, place in events if kind == "move")
+        assert all(place in text_tasks.PLACES for kind, _, place in events if kind == "move")
         at, trail = replay(events)
         question = prompt.split("\n\n")[-1]
         assert question.endswith("Answer with one word.")
@@ -188,12 +188,12 @@ def test_babilong_answer_replays_from_the_story(facts):
             assert trail[thing][-1] == before and trail[thing].count(before) == 1
             assert len(trail[thing]) >= 3
             assert answer == trail[thing][-2]
-        assert answer in tasks.PLACES and len(answer.split()) == 1
+        assert answer in text_tasks.PLACES and len(answer.split()) == 1
 
 
 def test_babilong_depth_places_the_first_fact():
     def first_fact_position(depth):
-        prompt, _ = tasks.babilong(3000, 2, words, facts=2, depth=depth)
+        prompt, _ = text_tasks.babilong(3000, 2, words, facts=2, depth=depth)
         body = body_of(prompt)
         return MOVE.search(body).start() / len(body)
 
@@ -201,7 +201,7 @@ def test_babilong_depth_places_the_first_fact():
     assert 0.45 < first_fact_position(0.5) < 0.55
     assert first_fact_position(1.0) > 0.95
     # all the story comes after the depth
-    prompt, _ = tasks.babilong(3000, 2, words, facts=3, depth=0.7)
+    prompt, _ = text_tasks.babilong(3000, 2, words, facts=3, depth=0.7)
     body = body_of(prompt)
     assert min(m.start() for m in re.finditer(r"\b" + NAME + r"\b", body)) / len(body) > 0.65
 
@@ -221,7 +221,7 @@ def replies_to_asked(prompt):
 @pytest.mark.parametrize("needles", [1, 2, 4, 6])
 def test_mrcr_answer_is_the_ith_reply_to_the_request(needles):
     for seed in range(25):
-        prompt, answer = tasks.mrcr(600, seed, words, needles=needles)
+        prompt, answer = text_tasks.mrcr(600, seed, words, needles=needles)
         number, replies, turns = replies_to_asked(prompt)
         assert len(replies) == needles and len(set(replies)) == needles
         assert 1 <= number <= needles
@@ -231,11 +231,11 @@ def test_mrcr_answer_is_the_ith_reply_to_the_request(needles):
 
 
 def test_mrcr_index_option_and_ordinals():
-    prompts = [tasks.mrcr(500, 9, words, needles=12, index=i) for i in range(1, 13)]
+    prompts = [text_tasks.mrcr(500, 9, words, needles=12, index=i) for i in range(1, 13)]
     for i, (prompt, answer) in enumerate(prompts, start=1):
         number, replies, _ = replies_to_asked(prompt)
         assert number == i and answer == replies[i - 1]
-    assert [tasks._ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111)] == [
+    assert [text_tasks._ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "101st", "111th"]
 
 
@@ -244,9 +244,9 @@ def test_mrcr_index_option_and_ordinals():
 
 
 @pytest.mark.parametrize("fn, kwargs", [
-    (tasks.passkey, dict(length=60, seed=0, depth=0.5)),
-    (tasks.babilong, dict(length=120, seed=0, facts=3, depth=0.3)),
-    (tasks.mrcr, dict(length=90, seed=3, needles=2, index=2)),
+    (text_tasks.passkey, dict(length=60, seed=0, depth=0.5)),
+    (text_tasks.babilong, dict(length=120, seed=0, facts=3, depth=0.3)),
+    (text_tasks.mrcr, dict(length=90, seed=3, needles=2, index=2)),
 ])
 def test_docstring_example(fn, kwargs):
     shown_prompt, shown_answer = re.search(r'prompt = "(.*?)"\n\s*answer = "(.*?)"', fn.__doc__, re.DOTALL).groups()
@@ -260,24 +260,24 @@ def test_docstring_example(fn, kwargs):
 
 
 def test_answer_matches():
-    assert tasks.answer_matches("kitchen", "kitchen")
-    assert tasks.answer_matches("  Kitchen.\n", "kitchen")
-    assert tasks.answer_matches("kitchen, because Mary went there last", "kitchen")
-    assert tasks.answer_matches("68211", "68211")
-    assert tasks.answer_matches("The pass key... 68211", "the pass key")
-    assert tasks.answer_matches("The kitchen.", "kitchen")
-    assert tasks.answer_matches("The pass key is 68211. Remember it.", "68211")
+    assert text_tasks.answer_matches("kitchen", "kitchen")
+    assert text_tasks.answer_matches("  Kitchen.\n", "kitchen")
+    assert text_tasks.answer_matches("kitchen, because Mary went there last", "kitchen")
+    assert text_tasks.answer_matches("68211", "68211")
+    assert text_tasks.answer_matches("The pass key... 68211", "the pass key")
+    assert text_tasks.answer_matches("The kitchen.", "kitchen")
+    assert text_tasks.answer_matches("The pass key is 68211. Remember it.", "68211")
     reply = "Velvet shadow rests always inside the shadow and wanders."
-    assert tasks.answer_matches("velvet shadow rests always inside the shadow and wanders", reply)
-    assert tasks.answer_matches("Velvet shadow rests always inside the shadow and wanders.\nUser:", reply)
-    assert not tasks.answer_matches("The answer is Mary.", "kitchen")
-    assert not tasks.answer_matches("682110", "68211")
-    assert not tasks.answer_matches("kitchens", "kitchen")
-    assert not tasks.answer_matches("", "kitchen")
-    assert not tasks.answer_matches("kitchen", "")
-    assert not tasks.answer_matches("68212", "68211")
-    assert not tasks.answer_matches("Velvet shadow rests always inside the shadow.", reply)
-    assert not tasks.answer_matches("Velvet shadow rests inside always the shadow and wanders.", reply)
+    assert text_tasks.answer_matches("velvet shadow rests always inside the shadow and wanders", reply)
+    assert text_tasks.answer_matches("Velvet shadow rests always inside the shadow and wanders.\nUser:", reply)
+    assert not text_tasks.answer_matches("The answer is Mary.", "kitchen")
+    assert not text_tasks.answer_matches("682110", "68211")
+    assert not text_tasks.answer_matches("kitchens", "kitchen")
+    assert not text_tasks.answer_matches("", "kitchen")
+    assert not text_tasks.answer_matches("kitchen", "")
+    assert not text_tasks.answer_matches("68212", "68211")
+    assert not text_tasks.answer_matches("Velvet shadow rests always inside the shadow.", reply)
+    assert not text_tasks.answer_matches("Velvet shadow rests inside always the shadow and wanders.", reply)
 
 
 # -----------------------------------------------------------------------------
@@ -286,16 +286,16 @@ def test_answer_matches():
 
 def test_unknown_task_and_option():
     with pytest.raises(ValueError, match="unknown text task 'haystack'"):
-        tasks.make_text_sample("haystack", 1000, 0, words)
+        text_tasks.make_text_sample("haystack", 1000, 0, words)
     with pytest.raises(ValueError, match="no option hops"):
-        tasks.make_text_sample("babilong", 1000, 0, words, hops=3)
+        text_tasks.make_text_sample("babilong", 1000, 0, words, hops=3)
 
 
 @pytest.mark.parametrize("name, options", CASES, ids=CASE_IDS)
 def test_too_short_length(name, options):
     for count in (words, quarter_chars):
         with pytest.raises(ValueError, match="needs length >="):
-            tasks.make_text_sample(name, 20, 0, count, **options)
+            text_tasks.make_text_sample(name, 20, 0, count, **options)
 
 
 @pytest.mark.parametrize("name, options", [
@@ -305,4 +305,4 @@ def test_too_short_length(name, options):
 ])
 def test_bad_options(name, options):
     with pytest.raises(ValueError):
-        tasks.make_text_sample(name, 1000, 0, words, **options)
+        text_tasks.make_text_sample(name, 1000, 0, words, **options)
