@@ -126,7 +126,7 @@ def chat_ids(tokenizer, prompt: str, answer: str | None = None) -> tuple[torch.T
     ids = tokenizer(text, add_special_tokens=False).input_ids
     n_prompt = len(ids)
     if answer is not None:
-        ids += tokenizer(answer, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        ids += answer_ids(tokenizer, answer) + [tokenizer.eos_token_id]
     return torch.tensor([ids]), n_prompt
 
 
@@ -244,7 +244,7 @@ def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options
     mean, low, high = train.interval(torch.tensor([float(s["right"]) for s in scores]))
     row = {"length": length, "accuracy": mean, "low": low, "high": high, "samples": samples}
     logprob = torch.tensor([s["logprob"] for s in scores])
-    row["logprob"], row["logprob_low"], row["logprob_high"] = _mean_interval(logprob)
+    row["logprob"], row["logprob_low"], row["logprob_high"] = mean_interval(logprob)
     if candidates:
         first = torch.tensor([float(s["rank"] == 1) for s in scores])
         row["top1"], row["top1_low"], row["top1_high"] = train.interval(first)
@@ -253,6 +253,8 @@ def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options
     return row
 
 
-def _mean_interval(values: torch.Tensor) -> tuple[float, float, float]:
+def mean_interval(values: torch.Tensor) -> tuple[float, float, float]:
+    """Mean and its 95 % interval, mean +- 1.96 standard errors, for scores not bounded to [0, 1] (e.g. a
+    log-probability; train.interval clips to [0, 1])."""
     half = 1.96 * float(values.std()) / len(values) ** 0.5 if len(values) > 1 else float("nan")
     return float(values.mean()), float(values.mean()) - half, float(values.mean()) + half

@@ -121,8 +121,7 @@ def paired(results: dict, better: str, worse: str, length: int) -> dict:
                                                                         rows[worse]["prompts"], strict=True)])
     top1 = torch.tensor([float(b["rank"] == 1) - float(w["rank"] == 1)
                          for b, w in zip(rows[better]["prompts"], rows[worse]["prompts"])])
-    half = 1.96 * float(logprob.std()) / len(logprob) ** 0.5
-    low, high = float(logprob.mean()) - half, float(logprob.mean()) + half
+    _, low, high = hf.mean_interval(logprob)
     return {"better": better, "worse": worse, "length": length, "logprob": float(logprob.mean()), "low": low,
             "high": high, "top1": float(top1.mean()), "exact": rows[better]["accuracy"] - rows[worse]["accuracy"],
             "verdict": "holds" if low > 0 else "reversed" if high < 0 else "undecided"}
