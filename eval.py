@@ -238,6 +238,28 @@ def command_line(args, *extra: str) -> str:
     return " ".join(words + list(extra))
 
 
+def map_jobs(worker, items: list, jobs: int = 1, threads: int = 1, bar=None) -> list:
+    """[worker(item) for item in items], in that order: here (jobs 1) or in `jobs` worker processes of
+    `threads` torch threads each. An experiment seeds every item from its own arguments, so what it computes
+    does not depend on jobs; worker must be a module-level function (a spawned process imports it)."""
+    if jobs <= 1:
+        results = []
+        for item in items:
+            results.append(worker(item))
+            if bar is not None:
+                bar.update(1)
+        return results
+    import concurrent.futures
+    import multiprocessing
+    with concurrent.futures.ProcessPoolExecutor(jobs, multiprocessing.get_context("spawn"),
+                                                initializer=torch.set_num_threads, initargs=(threads,)) as pool:
+        futures = [pool.submit(worker, item) for item in items]
+        for _ in concurrent.futures.as_completed(futures):
+            if bar is not None:
+                bar.update(1)
+        return [f.result() for f in futures]
+
+
 def experiment_names() -> list[str]:
     """The experiments: one file each in experiments/ (bench.py is reached through --bench)."""
     folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "experiments")
@@ -248,8 +270,8 @@ def run_experiment(name: str, args) -> None:
     """Import experiments/NAME.py only now (it imports this module, not the other way round) and run it."""
     if name not in experiment_names() + ["bench"]:
         raise UsageError(f"unknown experiment '{name}'; choose from {', '.join(experiment_names())}")
-    if args.jobs != 1 and name != "llm" or args.jobs < 1:
-        raise UsageError("--jobs N >= 1 applies to --experiment llm (its methods are independent runs)")
+    if args.jobs != 1 and name not in ("llm", "encodings") or args.jobs < 1:
+        raise UsageError("--jobs N >= 1 applies to --experiment llm and encodings (their runs are independent)")
     importlib.import_module(f"experiments.{name}").run(args)
 
 
@@ -281,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bench", action="store_true", help="speed and memory benchmark (results/bench.md)")
     p.add_argument("--out-dir", default="results", help="experiment or bench: where results go")
     p.add_argument("--jobs", type=int, default=1,
-                   help="experiment llm: run this many methods at once, each in its own process")
+                   help="experiments llm and encodings: this many independent runs at once, each in its own process")
     return p
 
 

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 import hf
 import train
-from eval import command_line, plot_curves, scale_name, write_results
+from eval import command_line, map_jobs, plot_curves, scale_name, write_results
 from train import UsageError
 
 # ---------------------------------------------------------------------------------------------------------
@@ -97,8 +97,6 @@ def run_method(method: str, setup: dict, root: str, args) -> dict:
 def method_worker(job) -> dict:
     """run_method in this process or a worker: its result is saved in runs/ as soon as it exists."""
     method, setup, root, args = job
-    if args.jobs > 1:
-        torch.set_num_threads(args.threads or 1)
     result = run_method(method, setup, root, args)
     with open(os.path.join(root, method, "eval.json"), "w") as f:
         json.dump(result, f, indent=1)
@@ -223,15 +221,10 @@ def run(args) -> None:
             with open(done) as f:
                 results[method] = json.load(f)
     todo = [m for m in setup["methods"] if m not in results]
-    if args.jobs > 1:  # methods are independent: each worker runs whole methods, one torch thread each
-        import concurrent.futures
-        import multiprocessing
-        with concurrent.futures.ProcessPoolExecutor(args.jobs, multiprocessing.get_context("spawn")) as pool:
-            for method, result in zip(todo, pool.map(method_worker, [(m, setup, root, args) for m in todo])):
-                results[method] = result
-    else:
-        for method in todo:
-            results[method] = method_worker((method, setup, root, args))
+    # methods are independent: with --jobs N each worker process runs whole methods, one torch thread each
+    for method, result in zip(todo, map_jobs(method_worker, [(m, setup, root, args) for m in todo], args.jobs,
+                                             args.threads or 1)):
+        results[method] = result
     results = {m: results[m] for m in setup["methods"]}
     beyond = [n for n in setup["lengths"] if n > context] or setup["lengths"][-1:]
     data = {"command": command_line(args), "scale": scale, "settings": setup, "factor": FACTOR, "context": context,
