@@ -264,8 +264,10 @@ class LengthCurriculum:
 # Each encoding answers three questions, and acts in exactly one place:
 #   embed(positions)         -> (B|1, T, d_model) added to the token embeddings, or None    (NoPE, learned, sinusoidal)
 #   rotary(positions)        -> (cos, sin) that rotate q and k, or None                     (RoPE, any schedule)
-#   bias(q_pos, k_pos)       -> (B|1, H, Tq, Tk) added to the attention logits, or None     (ALiBi)
-# positions are (T,) or (B, T); the GPT computes each once per forward and shares it across layers.
+#                               or (cos_q, sin_q, cos_k, sin_k) when q and k differ          (xPos)
+#   bias(q_pos, k_pos)       -> (B|1, H, Tq, Tk) added to the attention logits, or None     (ALiBi, T5, KERPLE, FIRE)
+# positions are (T,) or (B, T). The GPT computes embed and rotary once per forward and shares them across
+# layers; a bias is computed per block of queries (section 5), so it never needs all T x T logits at once.
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -283,7 +285,7 @@ class PositionalEncoding(nn.Module):
     def embed(self, positions: torch.Tensor) -> torch.Tensor | None:
         return None
 
-    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
         return None
 
     def bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor | None:
@@ -373,6 +375,34 @@ class Rotary(PositionalEncoding):
         return cos_sin
 
 
+class XPos(Rotary):
+    """xPos (arXiv 2212.10554): RoPE that also shrinks the logit with the offset, a per-pair exponential decay.
+
+    Pair i scales q at position n by zeta_i^(n/B) and k at position m by zeta_i^(-m/B), so their dot product
+    gains zeta_i^((n - m)/B): a factor of the offset alone, below 1 for n > m. zeta_i = (2i/D + gamma) /
+    (1 + gamma) with gamma 0.4 and B 512: the fast pairs decay most (head dim 32: zeta_0 = 0.286, zeta_15 =
+    0.955; at offset 256, zeta_0^(1/2) = 0.53). Only n - m matters, so the scales are taken about the middle of
+    each row's positions, which keeps them near 1 (at 16K tokens, zeta_0^(+-16) = 2e-9 .. 5e8, inside float32).
+    """
+
+    def __init__(self, head_dim: int, base: float = 10000.0, gamma: float = 0.4, scale_base: float = 512.0):
+        super().__init__(head_dim, base)
+        zeta = (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim + gamma) / (1 + gamma)
+        self.register_buffer("zeta", zeta, persistent=False)
+        self.scale_base = scale_base
+
+    @classmethod
+    def build(cls, config):
+        return cls(config.d_model // config.n_head, config.rope_base)
+
+    def rotary(self, positions):
+        cos, sin = super().rotary(positions)
+        centred = positions.double() - (positions.amax(-1, keepdim=True) + positions.amin(-1, keepdim=True)) / 2
+        scale = self.zeta.to(positions.device) ** (centred[..., None] / self.scale_base)  # (..., T, D/2)
+        scale = torch.cat((scale, scale), dim=-1).to(cos.dtype)  # (..., T, D) in the half-split layout
+        return cos * scale, sin * scale, cos / scale, sin / scale
+
+
 def alibi_slopes(n_head: int) -> torch.Tensor:
     """ALiBi slopes (arXiv 2108.12409): 2^(-8h/H) for h = 1..H when H is a power of two; otherwise the
     reference rule: the slopes of the largest power of two below H, then every other slope of twice that."""
@@ -399,14 +429,114 @@ class ALiBi(PositionalEncoding):
         self.register_buffer("slopes", alibi_slopes(n_head), persistent=False)
 
     def bias(self, q_positions, k_positions):
-        distance = (q_positions[..., :, None] - k_positions[..., None, :]).float()  # (B|, Tq, Tk)
-        if distance.dim() == 2:
-            distance = distance[None]
-        return -self.slopes[None, :, None, None] * distance[:, None]  # (B|1, H, Tq, Tk)
+        return -self.slopes[:, None, None] * distances(q_positions, k_positions)[:, None]  # (B|1, H, Tq, Tk)
+
+
+def distances(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
+    """(B|1, Tq, Tk) float distances i - j from each query position i to each key position j."""
+    distance = (q_positions[..., :, None] - k_positions[..., None, :]).float()
+    return distance if distance.dim() == 3 else distance[None]
+
+
+class T5Bias(PositionalEncoding):
+    """T5's relative bias (arXiv 1910.10683): a learned scalar per head for each bucket of the distance i - j.
+
+    With B buckets, all for d = i - j >= 0 (a decoder never looks ahead), short distances get one bucket each
+    and longer ones share log-spaced buckets up to max_distance, beyond which every distance shares the last:
+        bucket(d) = d                                                                 for d < B/2
+                  = min(B - 1, B/2 + floor(ln(2d / B) / ln(2 max_distance / B) * B/2))  otherwise
+    Worked example, B 32, max_distance 128: d 15 -> 15, 16 -> 16, 20 -> 17, 32 -> 21, 64 -> 26, 127 -> 31,
+    1000 -> 31. The table starts at zero: an untrained model attends as NoPE does.
+    """
+
+    acts_on = "logits"
+
+    @classmethod
+    def build(cls, config):
+        return cls(config.n_head)
+
+    def __init__(self, n_head: int, buckets: int = 32, max_distance: int = 128):
+        super().__init__()
+        self.buckets, self.max_distance = buckets, max_distance
+        self.table = nn.Parameter(torch.zeros(buckets, n_head))
+
+    def bucket(self, distance: torch.Tensor) -> torch.Tensor:
+        exact = self.buckets // 2
+        log_ratio = torch.log(distance.clamp(min=1).float() / exact) / math.log(self.max_distance / exact)
+        far = (exact + log_ratio * (self.buckets - exact)).long().clamp(max=self.buckets - 1)
+        return torch.where(distance < exact, distance, far)
+
+    def bias(self, q_positions, k_positions):
+        distance = distances(q_positions, k_positions).clamp(min=0).long()  # keys ahead are masked anyway
+        return self.table[self.bucket(distance)].movedim(-1, -3)  # (B|1, Tq, Tk, H) -> (B|1, H, Tq, Tk)
+
+
+class KerpleLog(PositionalEncoding):
+    """KERPLE, the logarithmic kernel (arXiv 2205.09921): head h adds -r1_h * ln(1 + r2_h * (i - j)), r1, r2 > 0.
+
+    Like ALiBi a penalty that grows with the distance (ALiBi is its limit r2 -> 0 with r1 r2 = m), but only
+    logarithmically, so far keys stay reachable; both rates are learned. As in the paper's code, r1 and r2
+    start uniform in (0, 2) and (0, 1) and are held at >= 0.01 where they are used.
+    """
+
+    acts_on = "logits"
+
+    @classmethod
+    def build(cls, config):
+        return cls(config.n_head)
+
+    def __init__(self, n_head: int, floor: float = 1e-2):
+        super().__init__()
+        self.r1, self.r2, self.floor = nn.Parameter(2 * torch.rand(n_head)), nn.Parameter(torch.rand(n_head)), floor
+
+    def bias(self, q_positions, k_positions):
+        distance = distances(q_positions, k_positions).clamp(min=0)[:, None]  # (B|1, 1, Tq, Tk)
+        r1, r2 = (r.clamp(min=self.floor)[:, None, None] for r in (self.r1, self.r2))  # (H, 1, 1)
+        return -r1 * torch.log1p(r2 * distance)
+
+
+class FIRE(PositionalEncoding):
+    """FIRE (arXiv 2310.04418): a learned function of the distance, as a fraction of the query's position.
+
+        bias(i, j) = f(psi(i - j) / psi(max(L, i))),   psi(x) = ln(c x + 1),   f: an MLP 1 -> 32 -> H (ReLU)
+    A query past the threshold L sees every key's distance as a fraction in [0, 1] of its own position, so a
+    longer input asks f only for values it met in training ("progressive interpolation"); below L, the
+    distance counts as such. c (from 0.1) and L are learned, L as a multiple of its initial value, as in the
+    paper's code; that code starts L at 512, here it starts at the training length when the config has one,
+    so that the normalisation is in play at this scale. Dividing by psi(i) makes FIRE depend on the absolute
+    query position: unlike the other biases it is not shift-invariant, by design (normalise=False makes it so).
+    """
+
+    acts_on = "logits"
+
+    @classmethod
+    def build(cls, config):
+        return cls(config.n_head, threshold=float(config.original_max_len or 512))
+
+    def __init__(self, n_head: int, width: int = 32, c: float = 0.1, threshold: float = 512.0,
+                 normalise: bool = True):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(1, width), nn.ReLU(), nn.Linear(width, n_head))
+        self.c, self.threshold_scale = nn.Parameter(torch.tensor(c)), nn.Parameter(torch.tensor(1.0))
+        self.register_buffer("threshold", torch.tensor(threshold), persistent=False)
+        self.normalise = normalise
+
+    def bias(self, q_positions, k_positions):
+        c = self.c.abs()
+        x = torch.log1p(c * distances(q_positions, k_positions).clamp(min=0))  # (B|1, Tq, Tk)
+        if self.normalise:
+            threshold = (self.threshold_scale * self.threshold).abs()
+            query = torch.maximum(q_positions.float(), threshold)
+            x = x / torch.log1p(c * (query if query.dim() == 2 else query[None]))[..., None]
+        # f is applied a slab of query rows at a time: its hidden layer is `width` numbers per (query, key)
+        rows = max(1, 2 ** 22 // (x.shape[0] * x.shape[2] * self.mlp[0].out_features))
+        return torch.cat([self.mlp(x[:, i:i + rows, :, None]) for i in range(0, x.shape[1], rows)],
+                         dim=1).movedim(-1, -3)  # (B|1, Tq, Tk, H) -> (B|1, H, Tq, Tk)
 
 
 # name -> encoding class; GPT builds one with ENCODINGS[config.encoding].build(config)
-ENCODINGS = {"nope": NoPE, "learned": LearnedAbsolute, "sinusoidal": Sinusoidal, "rope": Rotary, "alibi": ALiBi}
+ENCODINGS = {"nope": NoPE, "learned": LearnedAbsolute, "sinusoidal": Sinusoidal, "rope": Rotary, "xpos": XPos,
+             "alibi": ALiBi, "t5": T5Bias, "kerple": KerpleLog, "fire": FIRE}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -518,12 +648,12 @@ class GPTConfig:
             raise ValueError(f"scaling factor must be >= 1, got {self.factor}")
         if self.scaling != "none" and self.encoding != "rope":
             raise ValueError(f"scaling '{self.scaling}' rescales rotary frequencies; it needs encoding 'rope'")
-        if self.encoding == "rope" and (self.d_model // self.n_head) % 2:
-            raise ValueError(f"RoPE rotates pairs: head dim {self.d_model // self.n_head} must be even")
-        if self.attention == "linear" and self.encoding == "alibi":
-            raise ValueError("ALiBi is a penalty inside softmax; with linear attention it would add a score "
-                             "that grows with distance instead of damping it")
-        if self.attention == "linear" and self.linear_normalised and self.encoding == "rope":
+        if self.encoding in ("rope", "xpos") and (self.d_model // self.n_head) % 2:
+            raise ValueError(f"{self.encoding} rotates pairs: head dim {self.d_model // self.n_head} must be even")
+        if self.attention == "linear" and ENCODINGS[self.encoding].acts_on == "logits":
+            raise ValueError(f"{self.encoding} adds a bias inside softmax; with linear attention it would add a "
+                             "score of its own instead of reweighting the keys")
+        if self.attention == "linear" and self.linear_normalised and self.encoding in ("rope", "xpos"):
             raise ValueError("normalised linear attention needs non-negative scores; rotating phi(q), phi(k) "
                              "breaks that")
 
@@ -539,8 +669,8 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, rope=None, bias_fn=None, positions=None, return_attention=False):
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
-        if rope is not None:
-            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        if rope is not None:  # (cos, sin) for both, or xPos's (cos_q, sin_q, cos_k, sin_k)
+            q, k = apply_rotary(q, *rope[:2]), apply_rotary(k, *rope[-2:])
         cfg, analysis = self.config, None
         if cfg.attention == "linear":
             y = linear_attention(q, k, v, cfg.linear_normalised, cfg.query_block)

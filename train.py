@@ -307,8 +307,9 @@ def default_name(cfg: dict) -> str:
 
 
 def make_optimizer(model: lengen.GPT, cfg: dict) -> torch.optim.AdamW:
-    """AdamW; weight decay only on 2-D weights, and never on a position table: decay would shrink the rows
-    that training never reaches, and Paper A's pinning is about those rows as initialised."""
+    """AdamW; weight decay only on 2-D weights, and never on an encoding's own parameters: on a position table
+    decay would shrink the rows that training never reaches, and Paper A's pinning is about those rows as
+    initialised; T5's, KERPLE's and FIRE's few parameters are the position signal itself."""
     decay, rest = [], []
     for name, p in model.named_parameters():
         (decay if p.dim() == 2 and not name.startswith("pos.") else rest).append(p)

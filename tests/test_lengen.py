@@ -213,7 +213,8 @@ def make(encoding, attention="softmax", **kw):
 
 
 @pytest.mark.parametrize("encoding, invariant", [
-    ("rope", True), ("nope", True), ("alibi", True), ("learned", False), ("sinusoidal", False)])
+    ("rope", True), ("nope", True), ("alibi", True), ("xpos", True), ("t5", True), ("kerple", True),
+    ("learned", False), ("sinusoidal", False)])
 def test_shift_equivariance_of_whole_gpt(encoding, invariant):
     model = make(encoding)
     idx = torch.randint(0, 12, (2, 20), generator=torch.Generator().manual_seed(0))
@@ -270,7 +271,7 @@ def test_blocked_gpt_equals_unblocked_for_every_encoding(encoding):
     with torch.no_grad():
         explicit, _ = blocked(idx, return_attention=True)  # every logit written out, no blocks
         assert torch.allclose(blocked(idx), explicit, atol=1e-5)
-    if encoding != "alibi":
+    if L.ENCODINGS[encoding].acts_on != "logits":  # biases belong inside softmax; refused with linear
         linear_blocked, linear_whole = make(encoding, "linear", query_block=8), make(encoding, "linear")
         with torch.no_grad():
             assert torch.allclose(linear_blocked(idx), linear_whole(idx), atol=1e-5)
@@ -284,7 +285,7 @@ def test_query_blocks_bound_memory():
     assert L.query_blocks(torch.empty(1, 1, 100, 1), 8)[:2] == [(0, 8), (8, 16)]
 
 
-COMBOS = [(e, "softmax") for e in L.ENCODINGS] + [(e, "linear") for e in ("nope", "learned", "sinusoidal", "rope")]
+COMBOS = [(e, "softmax") for e in L.ENCODINGS] + [(e, "linear") for e in ("nope", "learned", "sinusoidal", "rope", "xpos")]
 
 
 @pytest.mark.parametrize("encoding, attention", COMBOS)
@@ -330,7 +331,7 @@ def test_nonsense_combinations_refused():
     for kw, reason in [
         (dict(encoding="sine"), "unknown encoding"),
         (dict(scaling="yarn", factor=4, original_max_len=64, encoding="alibi"), "needs encoding 'rope'"),
-        (dict(attention="linear", encoding="alibi"), "penalty inside softmax"),
+        (dict(attention="linear", encoding="alibi"), "bias inside softmax"),
         (dict(attention="linear", linear_normalised=True, encoding="rope"), "non-negative"),
         (dict(factor=0.5), ">= 1"),
         (dict(d_model=30, n_head=4), "divisible"),

@@ -45,6 +45,15 @@ def rotate(u, angle, scale):
     return scale * torch.cat((x * c - y * s, x * s + y * c))
 
 
+def t5_bucket(d, buckets=32, max_distance=128):
+    """T5's bucket of a causal distance d >= 0: exact below buckets/2, then log-spaced, the last bucket for
+    every distance from max_distance on (arXiv 1910.10683)."""
+    exact = buckets // 2
+    if d < exact:
+        return d
+    return min(buckets - 1, exact + int(math.log(d / exact) / math.log(max_distance / exact) * (buckets - exact)))
+
+
 def by_hand(model, idx, positions):
     """The GPT's forward for one layer, token by token, from the formulas: what model(idx, positions) must give."""
     cfg = model.config
@@ -60,7 +69,7 @@ def by_hand(model, idx, positions):
         x = x + torch.cat((phase.sin(), phase.cos()), -1)
     h = F.layer_norm(x, (cfg.d_model,), w["blocks.0.ln1.weight"], w["blocks.0.ln1.bias"])
     q, k, v = (h @ w["blocks.0.attn.qkv.weight"].T).split(cfg.d_model, -1)
-    if cfg.encoding == "rope":
+    if cfg.encoding in ("rope", "xpos"):
         if cfg.scaling == "none":  # theta_a = base^(-2a/D) (arXiv 2104.09864)
             theta = torch.tensor([cfg.rope_base ** (-2 * a / D) for a in range(D // 2)], dtype=torch.float64)
             scale = 1.0
@@ -69,23 +78,45 @@ def by_hand(model, idx, positions):
             theta, scale = L.SCHEDULES[cfg.scaling](D, cfg.rope_base, cfg.factor, cfg.original_max_len, longest)
             theta = theta.double()
     slopes = [2.0 ** (-8 * (head + 1) / H) for head in range(H)]  # ALiBi, H a power of two (arXiv 2108.12409)
+    zeta = [(2 * a / D + 0.4) / 1.4 for a in range(D // 2)]  # xPos, gamma 0.4 (arXiv 2212.10554)
+
+    def decay(p):  # xPos: pair a of a query at p scaled by zeta_a^(p / 512), of a key by zeta_a^(-p / 512)
+        return torch.tensor([z ** (float(p) / 512) for z in zeta] * 2, dtype=torch.float64)
+
+    def relative(head, d, query):  # the logit biases, from their formulas; d = p_i - p_j >= 0
+        if cfg.encoding == "alibi":  # a penalty growing with the distance p_i - p_j to the key
+            return -slopes[head] * d
+        if cfg.encoding == "t5":  # a learned scalar per head and distance bucket (arXiv 1910.10683)
+            return float(w["pos.table"][t5_bucket(d), head])
+        if cfg.encoding == "kerple":  # -r1 ln(1 + r2 d), rates held >= 0.01 (arXiv 2205.09921)
+            r1, r2 = (max(float(w[f"pos.{r}"][head]), 0.01) for r in ("r1", "r2"))
+            return -r1 * math.log(1 + r2 * d)
+        if cfg.encoding == "fire":  # f(psi(d) / psi(max(L, p_i))), psi(x) = ln(cx + 1) (arXiv 2310.04418)
+            c, threshold = abs(float(w["pos.c"])), abs(float(w["pos.threshold_scale"])) * cfg.original_max_len
+            x = math.log(c * d + 1) / math.log(c * max(threshold, float(query)) + 1)
+            hidden = (w["pos.mlp.0.weight"][:, 0] * x + w["pos.mlp.0.bias"]).clamp(min=0)
+            return float(w["pos.mlp.2.weight"][head] @ hidden + w["pos.mlp.2.bias"][head])
+        return 0.0
+
     out = torch.zeros(B, T, cfg.d_model, dtype=torch.float64)
     for b in range(B):
         for head in range(H):
             cols = slice(head * D, (head + 1) * D)
             for i in range(T):
                 qi = q[b, i, cols]
-                if cfg.encoding == "rope":
+                if cfg.encoding in ("rope", "xpos"):
                     qi = rotate(qi, positions[b, i] * theta, scale)
+                if cfg.encoding == "xpos":
+                    qi = qi * decay(positions[b, i])
                 logits = []
                 for j in range(i + 1):  # causal: keys up to the query
                     kj = k[b, j, cols]
-                    if cfg.encoding == "rope":
+                    if cfg.encoding in ("rope", "xpos"):
                         kj = rotate(kj, positions[b, j] * theta, scale)
+                    if cfg.encoding == "xpos":
+                        kj = kj * decay(-positions[b, j])
                     logit = float(qi @ kj) / math.sqrt(D)
-                    if cfg.encoding == "alibi":  # a penalty growing with the distance p_i - p_j to the key
-                        logit -= slopes[head] * float(positions[b, i] - positions[b, j])
-                    logits.append(logit)
+                    logits.append(logit + relative(head, int(positions[b, i] - positions[b, j]), positions[b, i]))
                 weights = torch.tensor(logits, dtype=torch.float64).softmax(0)
                 out[b, i, cols] = weights @ v[b, : i + 1, cols]
     x = x + out @ w["blocks.0.attn.proj.weight"].T
@@ -100,6 +131,10 @@ ENCODINGS = [  # (encoding, GPTConfig settings)
     ("rope", dict(scaling="yarn", factor=4.0, original_max_len=16)),
     ("rope", dict(scaling="dynamic_ntk", factor=4.0, original_max_len=16)),
     ("alibi", {}),
+    ("xpos", {}),
+    ("t5", {}),
+    ("kerple", {}),
+    ("fire", dict(original_max_len=16)),  # the threshold L starts at 16: queries past it are normalised
     ("learned", {}),
     ("sinusoidal", {}),
 ]

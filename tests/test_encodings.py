@@ -1,0 +1,140 @@
+"""The encodings added beside RoPE and ALiBi: T5's buckets, KERPLE, FIRE, xPos.
+
+Their whole forward is checked against the formulas in test_positions.py (by_hand, at uneven per-row ids);
+here: T5's bucket rule on its worked numbers, FIRE's slabs, shift invariance where the formula promises it
+(and its absence where FIRE's normalisation breaks it by design), and evaluation at 16K tokens in bounded memory.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import lengen as L
+from test_positions import t5_bucket
+
+
+def test_t5_buckets_worked_numbers_and_rule():
+    """Bug caught: the log-spaced part off by one bucket, the cap at the last bucket missing (distances past
+    max_distance indexing beyond the table), or exact buckets extended past buckets/2."""
+    t5 = L.T5Bias(n_head=2)
+    worked = {0: 0, 15: 15, 16: 16, 20: 17, 32: 21, 64: 26, 127: 31, 128: 31, 1000: 31}  # the docstring's
+    assert {d: int(t5.bucket(torch.tensor(d))) for d in worked} == worked
+    d = torch.arange(5000)
+    assert t5.bucket(d).tolist() == [t5_bucket(int(x)) for x in d]
+    assert torch.all(t5.bucket(d)[1:] >= t5.bucket(d)[:-1])  # farther never means a nearer bucket
+
+
+def test_fire_slabs_equal_one_pass():
+    """Bug caught: FIRE's MLP applied in slabs of query rows that drop, repeat or misalign rows at a slab
+    boundary (4096 keys x 32 hidden units make slabs of 32 rows here, so 100 queries cross three boundaries)."""
+    torch.manual_seed(0)
+    fire = L.FIRE(n_head=3, threshold=40.0)
+    q, k = torch.arange(3996, 4096), torch.arange(4096)
+    with torch.no_grad():
+        bias = fire.bias(q, k)  # (1, 3, 100, 4096)
+        c = fire.c.abs()
+        x = torch.log1p(c * (q[:, None] - k[None, :]).clamp(min=0)) / torch.log1p(c * q.clamp(min=40))[:, None]
+        whole = fire.mlp(x[..., None]).permute(2, 0, 1)  # every (query, key) at once: (3, 100, 4096)
+    assert bias.shape == (1, 3, 100, 4096)
+    assert torch.allclose(bias[0], whole, atol=1e-6)
+
+
+def make(encoding, **kw):
+    torch.manual_seed(0)
+    config = L.GPTConfig(vocab_size=12, n_layer=2, n_head=2, d_model=32, encoding=encoding, max_len=2048, **kw)
+    model = L.GPT(config).eval()
+    with torch.no_grad():  # learned biases start at or near zero: give them weight, so a shift could show
+        for name, p in model.named_parameters():
+            if name.startswith("pos.") and p.dim() == 2:
+                p.normal_(0, 0.5)
+    return model
+
+
+@pytest.mark.parametrize("encoding", ["xpos", "t5", "kerple"])
+def test_relative_encodings_shift_invariant_under_random_per_row_positions(encoding):
+    """Bug caught: a relative encoding that reads an absolute position somewhere (xPos's decay taken from
+    positions not centred per row would still cancel in exact arithmetic, but one that scaled q and k by the
+    same factor would not; T5 or KERPLE measuring distance from 0 instead of from the query)."""
+    model = make(encoding)
+    idx = torch.randint(0, 12, (3, 24), generator=torch.Generator().manual_seed(0))
+    pos = L.randomized_positions(3, 24, 512, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.allclose(model(idx, pos), model(idx, pos + 5000), atol=1e-5)
+
+
+def test_fire_depends_on_the_query_position_by_design():
+    """FIRE divides by psi(max(L, i)): past the threshold a shift changes the bias, so it is not shift-invariant;
+    without the normalisation it is. Bug caught: a normalisation that never takes effect (FIRE silently
+    becoming a plain function of the distance), or one applied with the key's position."""
+    model = make("fire", original_max_len=16)
+    idx = torch.randint(0, 12, (2, 24), generator=torch.Generator().manual_seed(0))
+    pos = torch.arange(24)
+    with torch.no_grad():
+        causal = torch.ones(24, 24, dtype=torch.bool).tril()
+        moved = model.pos.bias(pos, pos) - model.pos.bias(pos + 1000, pos + 1000)  # (1, H, 24, 24)
+        assert moved[..., causal].abs().max() > 0.1
+        model.pos.normalise = False
+        assert torch.allclose(model(idx, pos), model(idx, pos + 1000), atol=1e-5)
+
+
+def test_xpos_decays_with_the_offset_and_stays_finite_far_out():
+    """The xPos logit of one query and key is the RoPE logit with each pair's part times zeta^(offset/512),
+    so it shrinks with the offset; and positions near 1e5 give the same model output as near 0 (the scales are
+    centred per row), where uncentred zeta^(1e5/512) would underflow to 0."""
+    xpos, rope = L.XPos(8), L.Rotary(8)
+    q, k = torch.zeros(1, 1, 2, 8), torch.zeros(1, 1, 2, 8)
+    q[..., 0], k[..., 0] = 1.0, 1.0  # only pair 0, the fastest: zeta_0 = 0.4 / 1.4
+    for offset in (0, 64, 512):
+        positions = torch.tensor([0, offset])
+        qx, kx = L.apply_rotary(q, *xpos.rotary(positions)[:2]), L.apply_rotary(k, *xpos.rotary(positions)[2:])
+        qr, kr = L.apply_rotary(q, *rope.rotary(positions)), L.apply_rotary(k, *rope.rotary(positions))
+        decayed, plain = float(qx[0, 0, 1] @ kx[0, 0, 0]), float(qr[0, 0, 1] @ kr[0, 0, 0])
+        assert decayed == pytest.approx(plain * (0.4 / 1.4) ** (offset / 512), abs=1e-6)
+    model = make("xpos")
+    idx = torch.randint(0, 12, (1, 300), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        near, far = model(idx, torch.arange(300)), model(idx, torch.arange(300) + 100_000)
+    assert torch.isfinite(far).all() and torch.allclose(near, far, atol=1e-4)
+
+
+def test_bias_encodings_refuse_linear_attention():
+    for encoding in ("t5", "kerple", "fire"):
+        with pytest.raises(ValueError, match="bias inside softmax"):
+            L.GPTConfig(vocab_size=8, encoding=encoding, attention="linear")
+    with pytest.raises(ValueError, match="needs encoding 'rope'"):
+        L.GPTConfig(vocab_size=8, encoding="xpos", scaling="yarn", factor=2.0, original_max_len=8)
+
+
+PROBE = """
+import sys, torch, lengen
+torch.set_num_threads(1)
+encoding, length = sys.argv[1], int(sys.argv[2])
+torch.manual_seed(0)
+model = lengen.GPT(lengen.GPTConfig(vocab_size=16, n_layer=1, n_head=2, d_model=16, encoding=encoding,
+                                    max_len=length)).eval()
+idx = torch.randint(0, 16, (1, length))
+def kib(field):
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(field + ":"))
+open("/proc/self/clear_refs", "w").write("5")  # reset the peak resident size
+before = kib("VmRSS")
+with torch.no_grad():
+    out = model(idx)
+print((kib("VmHWM") - before) / 1024, bool(torch.isfinite(out).all()))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux's resettable peak RSS")
+@pytest.mark.parametrize("encoding", L.ENCODINGS)
+def test_forward_at_16k_tokens_in_bounded_memory(encoding):
+    """One forward at 16,384 tokens: the T x T logits of 2 heads would take 2 GiB in float32; every encoding
+    stays under a tenth of that (the bias encodings through query blocks, FIRE's MLP in slabs). Bug caught: a bias built
+    for all queries at once, or FIRE's hidden layer (32 numbers per query-key pair) built whole."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONPATH": root}  # freed tensors leave the heap
+    out = subprocess.run([sys.executable, "-c", PROBE, encoding, "16384"], capture_output=True, text=True, env=env,
+                         check=True).stdout.split()
+    peak_mb, finite = float(out[0]), out[1] == "True"
+    assert finite and peak_mb < 200, (encoding, peak_mb)
