@@ -403,6 +403,12 @@ class XPos(Rotary):
         return cos * scale, sin * scale, cos / scale, sin / scale
 
 
+def distances(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
+    """(B|1, Tq, Tk) float distances i - j from each query position i to each key position j."""
+    distance = (q_positions[..., :, None] - k_positions[..., None, :]).float()
+    return distance if distance.dim() == 3 else distance[None]
+
+
 def alibi_slopes(n_head: int) -> torch.Tensor:
     """ALiBi slopes (arXiv 2108.12409): 2^(-8h/H) for h = 1..H when H is a power of two; otherwise the
     reference rule: the slopes of the largest power of two below H, then every other slope of twice that."""
@@ -430,12 +436,6 @@ class ALiBi(PositionalEncoding):
 
     def bias(self, q_positions, k_positions):
         return -self.slopes[:, None, None] * distances(q_positions, k_positions)[:, None]  # (B|1, H, Tq, Tk)
-
-
-def distances(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
-    """(B|1, Tq, Tk) float distances i - j from each query position i to each key position j."""
-    distance = (q_positions[..., :, None] - k_positions[..., None, :]).float()
-    return distance if distance.dim() == 3 else distance[None]
 
 
 class T5Bias(PositionalEncoding):
