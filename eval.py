@@ -140,14 +140,19 @@ def llm_eval_command(args) -> None:
         raise UsageError(f"scaling factor must be >= 1, got {args.factor}")
     if args.original_len is not None:
         raise UsageError("--original-len is for small-GPT runs: an LLM's original context is read from its config")
+    import dist
     import hf  # imports transformers: only on the LLM path
-    model, tokenizer, label = hf.load_for_eval(args.run or args.llm, args.device, args.scaling, args.factor)
+    device = dist.start(args.device)  # under torchrun, each process scores a share of the prompts (dist.py)
+    model, tokenizer, label = hf.load_for_eval(args.run or args.llm, device, args.scaling, args.factor)
     task = args.task or "babilong"
     lengths = args.lengths or [1024, 4096, 8192, 12288]
     samples = args.samples or 5
     start = time.perf_counter()
-    with tqdm(total=len(lengths) * samples, desc=label) as bar:
-        rows = [hf.evaluate_llm(model, tokenizer, task, n, samples, {}, args.device, bar=bar) for n in lengths]
+    with tqdm(total=len(lengths) * samples, desc=label, disable=dist.rank() > 0) as bar:
+        rows = [hf.evaluate_llm(model, tokenizer, task, n, samples, {}, device, bar=bar) for n in lengths]
+    dist.stop()
+    if dist.launch_rank() > 0:  # rank 0 reports for all
+        return
     print(f"{label}: {task}, exact match")
     print(train.markdown_table(rows))
     print(f"({samples} prompts per length, {time.perf_counter() - start:.0f} s)")

@@ -29,9 +29,12 @@ BASE, CONTEXT, FACTOR, HEAD_DIM = 5e4, 512, 4.0, 16
 
 @pytest.fixture(scope="module")
 def sharp_llm(tmp_path_factory):
+    return save_sharp_llm(str(tmp_path_factory.mktemp("sharp-llama")))
+
+
+def save_sharp_llm(folder: str) -> str:
     """A Hugging Face directory: a 2-layer random Llama (rope base 5e4, 512-token context, head dim 16) and a
     word-level tokenizer covering every word of the passkey task."""
-    folder = str(tmp_path_factory.mktemp("sharp-llama"))
     vocab = {"[UNK]": 0, "</s>": 1}
     for seed in range(40):
         prompt, answer = text_tasks.make_text_sample("passkey", 400, seed, lambda s: len(s.split()))
