@@ -19,6 +19,7 @@ import argparse
 import importlib
 import json
 import os
+import resource
 import signal
 import sys
 import time
@@ -265,6 +266,13 @@ def map_jobs(worker, items: list, jobs: int = 1, threads: int = 1, bar=None) -> 
         return [f.result() for f in futures]
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished child processes (--jobs workers, once their pool is
+    closed): an experiment's CPU cost whether it runs its models here or in workers."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def experiment_names() -> list[str]:
     """The experiments: one file each in experiments/ (bench.py is reached through --bench)."""
     folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "experiments")
@@ -275,8 +283,10 @@ def run_experiment(name: str, args) -> None:
     """Import experiments/NAME.py only now (it imports this module, not the other way round) and run it."""
     if name not in experiment_names() + ["bench"]:
         raise UsageError(f"unknown experiment '{name}'; choose from {', '.join(experiment_names())}")
-    if args.jobs != 1 and name not in ("llm", "encodings") or args.jobs < 1:
-        raise UsageError("--jobs N >= 1 applies to --experiment llm and encodings (their runs are independent)")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: give N >= 1 (how many runs train at once)")
+    if args.bench and args.jobs != 1:
+        raise UsageError("--bench measures what --jobs does itself: leave --jobs out")
     importlib.import_module(f"experiments.{name}").run(args)
 
 
@@ -308,7 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bench", action="store_true", help="speed and memory benchmark (results/bench.md)")
     p.add_argument("--out-dir", default="results", help="experiment or bench: where results go")
     p.add_argument("--jobs", type=int, default=1,
-                   help="experiments llm and encodings: this many independent runs at once, each in its own process")
+                   help="experiment: this many independent runs at once, each in its own process (results are "
+                        "identical to --jobs 1)")
     return p
 
 
