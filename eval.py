@@ -4,7 +4,9 @@
     python eval.py runs/NAME --delays 0:60 --plot delays.png  # delay tasks: accuracy at each delay
     python eval.py runs/NAME --lengths 64,128 --scaling yarn --factor 4   # inference-time YaRN
     python eval.py runs/LLM_RUN --task babilong --lengths 2048,12288     # a train.py --llm run
+    torchrun --nproc_per_node 2 eval.py runs/LLM_RUN ...     # the prompts shared out over 2 processes
     python eval.py --experiment retrieval                    # experiments/retrieval.py -> results/retrieval.*
+    python eval.py --experiment distance --jobs 4            # its independent models in 4 processes
     python eval.py --bench                                   # experiments/bench.py -> results/bench.*
 
 The paper experiments live in experiments/, one file each, found here by name and imported only when asked

@@ -591,6 +591,8 @@ def resolve_llm(args: argparse.Namespace, parser: argparse.ArgumentParser) -> di
     if args.fsdp and not dist.launched():
         raise UsageError("--fsdp shards the model over several processes: start them with torchrun "
                          "--nproc_per_node N train.py ...")
+    if args.fsdp and not hasattr(importlib.import_module("torch.distributed.fsdp"), "fully_shard"):
+        raise UsageError(f"--fsdp needs FSDP2 (torch.distributed.fsdp.fully_shard): torch >= 2.6, not {torch.__version__}")
     if args.fsdp and args.lora:
         raise UsageError("--fsdp is for full fine-tuning; LoRA trains a few weights beside a frozen model: "
                          "leave --fsdp out (DDP)")
@@ -631,6 +633,7 @@ def train_llm(cfg: dict, on_step=None):
     cuda = torch.device(device).type == "cuda"
     if cuda:
         hf.checkpoint_activations(model)
+    torch.manual_seed(cfg["seed"])  # LoRA's initial weights, dropout
     if cfg["lora"]:
         import peft
         model = peft.get_peft_model(model, peft.LoraConfig(r=cfg["lora"], lora_alpha=2 * cfg["lora"],
@@ -638,7 +641,6 @@ def train_llm(cfg: dict, on_step=None):
     model = dist.wrap(model, cfg["fsdp"], device)
     params = [p for p in model.parameters() if p.requires_grad]  # under FSDP2, this process's shards
     optimizer = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["wd"])
-    torch.manual_seed(cfg["seed"])
     where = torch.Generator().manual_seed(cfg["seed"] + 2)
     if lead:
         write_config(out, cfg)
@@ -682,17 +684,16 @@ def train_llm(cfg: dict, on_step=None):
         loss_sum, all_tokens = dist.total([sum(losses), tokens])
         highest = int(dist.total([highest], "max")[0])
         rate = all_tokens / (time.perf_counter() - tick)
-        loss = loss_sum / (B * K * W)
+        loss, norm = loss_sum / (B * K * W), dist.local(norm).item()
         if lead:
             log.write(json.dumps({"step": step + 1, "loss": round(loss, 5), "range": M if randomized else None,
-                                  "max_position": highest, "grad_norm": round(dist.local(norm).item(), 6),
+                                  "max_position": highest, "grad_norm": round(norm, 6),
                                   "tokens_per_s": round(rate)}) + "\n")
         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}")
-    state = dist.full_state(model)  # every process takes part in gathering the shards
     model = dist.unwrap(model)
     if cfg["lora"]:
         model = model.merge_and_unload()
-        state = model.state_dict()
+    state = dist.full_state(model)  # every process takes part in gathering the shards
     if lead:
         log.close()
         model.save_pretrained(os.path.join(out, "model"), state_dict=state)

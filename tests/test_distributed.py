@@ -47,33 +47,37 @@ def sharp_llm(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def one_process(sharp_llm, tmp_path_factory):
-    """The reference: one process, a global batch of 4 samples in one backward each step."""
-    out = str(tmp_path_factory.mktemp("runs") / "one")
-    train.run(["--llm", sharp_llm, *FINE_TUNE, "--batch", "4", "--out", out])
-    return out
+    """The reference: one process, a global batch of 4 samples in one backward each step (with LoRA too)."""
+    runs = {}
+    for kind, extra in (("full", []), ("lora", ["--lora", "4"])):
+        runs[kind] = str(tmp_path_factory.mktemp("runs") / kind)
+        train.run(["--llm", sharp_llm, *FINE_TUNE, *extra, "--batch", "4", "--out", runs[kind]])
+    return runs
 
 
-@pytest.mark.parametrize("split", [["--batch", "2"], ["--batch", "1", "--grad-accum", "2", "--fsdp"]],
-                         ids=["ddp", "fsdp2-accumulating"])
+@pytest.mark.parametrize("split", [["--batch", "2"], ["--batch", "1", "--grad-accum", "2", "--fsdp"],
+                                   ["--batch", "2", "--lora", "4"]], ids=["ddp", "fsdp2-accumulating", "ddp-lora"])
 def test_two_processes_train_what_one_process_trains(sharp_llm, one_process, tmp_path, split):
     """Bug caught: processes drawing the same samples (the seed from the step and local index alone), or one
     process's samples in another order over the backwards of a step, positions drawn per process instead of
     from the one stream, a loss divided by the local batch only (gradients K times too large with
-    accumulation), a log written from rank 0's samples alone, or a saved model that is rank 0's shard, not
-    the whole model gathered. 2 processes x the split must log the same loss at every step and save the same
-    weights, which plain Hugging Face reloads, as one process with --batch 4."""
+    accumulation), a log written from rank 0's samples alone, a saved model that is rank 0's shard, not the
+    whole model gathered, or LoRA's adapters left out of the saved model (not merged after DDP). 2
+    processes x the split must log the same loss at every step and save the same weights, which plain Hugging
+    Face reloads, as one process with --batch 4."""
     out = str(tmp_path / "split")
     torchrun(2, "train.py", "--llm", sharp_llm, *FINE_TUNE, *split, "--out", out)
-    assert logged(out, "loss") == pytest.approx(logged(one_process, "loss"), abs=2e-5)
+    one = one_process["lora" if "--lora" in split else "full"]
+    assert logged(out, "loss") == pytest.approx(logged(one, "loss"), abs=2e-5)
     # the size of the step's gradient, before clipping: AdamW, which scales each weight's step by its own
     # gradient's size, would hide a loss divided by the wrong number of samples
-    assert logged(out, "grad_norm") == pytest.approx(logged(one_process, "grad_norm"), rel=1e-5)
-    ours, reference = weights(os.path.join(out, "model")), weights(os.path.join(one_process, "model"))
+    assert logged(out, "grad_norm") == pytest.approx(logged(one, "grad_norm"), rel=1e-5)
+    ours, reference = weights(os.path.join(out, "model")), weights(os.path.join(one, "model"))
     assert sorted(ours) == sorted(reference)
     base = weights(sharp_llm)
     for name, tensor in reference.items():
         assert torch.allclose(ours[name], tensor, atol=1e-6, rtol=0), name
-    # the tolerance can tell: training moved the weights by far more than it allows
+    # the tolerance can tell: training moved the weights (LoRA's merged into them) by far more than it allows
     assert max(float((reference[n] - base[n]).abs().max()) for n in reference) > 1e-4
     config = json.load(open(os.path.join(out, "config.json")))
     assert (config["processes"], config["global_batch"]) == (2, 4)
@@ -83,7 +87,7 @@ def test_two_processes_evaluate_what_one_process_evaluates(one_process, tmp_path
     """Bug caught: prompts shared out so that some are scored twice and some never, scores gathered out of
     prompt order, or a row computed from rank 0's share alone: the 2-process rows (accuracy, intervals, every
     prompt's scores and answer) must equal one process's."""
-    args = [one_process, "--task", "passkey", "--lengths", "128,256", "--samples", "3", "--threads", "1"]
+    args = [one_process["full"], "--task", "passkey", "--lengths", "128,256", "--samples", "3", "--threads", "1"]
     torchrun(2, "eval.py", *args, "--json", str(tmp_path / "two.json"))
     torchrun(1, "eval.py", *args, "--json", str(tmp_path / "one.json"))
     two, one = (json.load(open(tmp_path / f"{n}.json"))["rows"] for n in ("two", "one"))
