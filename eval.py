@@ -29,6 +29,7 @@ import time
 import torch
 from tqdm import tqdm
 
+import dist
 import lengen
 import text_tasks
 import train
@@ -143,7 +144,6 @@ def llm_eval_command(args) -> None:
         raise UsageError(f"scaling factor must be >= 1, got {args.factor}")
     if args.original_len is not None:
         raise UsageError("--original-len is for small-GPT runs: an LLM's original context is read from its config")
-    import dist
     import hf  # imports transformers: only on the LLM path
     device = dist.start(args.device)  # under torchrun, each process scores a share of the prompts (dist.py)
     model, tokenizer, label = hf.load_for_eval(args.run or args.llm, device, args.scaling, args.factor)
@@ -334,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
         if args.factor is not None and args.factor < 1:
             raise UsageError(f"--factor must be >= 1 (it stretches the context), got {args.factor:g}")
-        if not (args.bench or args.experiment):
+        llm = args.llm or (args.run and os.path.isdir(os.path.join(args.run, "model")))
+        if dist.launched() and (args.bench or args.experiment or not llm):
+            raise UsageError("torchrun shares out an LLM evaluation's prompts; everything else runs in one process "
+                             "(an experiment's runs in several: --jobs N)")
+        if not (args.bench or args.experiment) and dist.launch_rank() == 0:  # rank 0 writes them
             check_writable(args.json, "--json")
             check_writable(args.plot, "--plot")
         if args.bench:
@@ -343,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             run_experiment(args.experiment, args)
         elif args.samples is not None and args.samples < 1:
             raise UsageError("--samples must be >= 1")
-        elif args.llm or (args.run and os.path.isdir(os.path.join(args.run, "model"))):
+        elif llm:
             llm_eval_command(args)
         elif args.run:
             args.samples = args.samples or 256

@@ -658,7 +658,10 @@ def train_llm(cfg: dict, on_step=None):
         # are drawn from one stream in the order of j, whoever trains the sample, so that samples and
         # positions do not depend on how the batch is split (hf.step_samples says what that costs).
         ours = [(j // B) % W == dist.rank() for j in range(B * K * W)]
-        samples = hf.step_samples(tokenizer, cfg, step, ours, randomized)
+        try:
+            samples = hf.step_samples(tokenizer, cfg, step, ours, randomized)
+        except ValueError as e:  # checked on sample 0 above, but a later sample's facts may take more tokens
+            raise UsageError(f"--train-len {n}: step {step}: {e}") from None
         for j, sample in enumerate(samples):
             if sample is not None:
                 T = sample[0].shape[1]

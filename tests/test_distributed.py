@@ -95,11 +95,13 @@ def test_two_processes_evaluate_what_one_process_evaluates(one_process, tmp_path
     assert all(len({p["answer"] for p in row["prompts"]}) == 3 for row in one)  # three prompts, not one thrice
 
 
-def test_a_small_gpt_under_a_launcher_is_refused_in_one_line(tmp_path):
-    """torchrun spreads the LLM path only: a small GPT started by it would train N copies racing for one run
-    folder. Refused in one line before anything is written (the launcher's environment, without a launcher)."""
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--steps", "1", "--out",
-                             str(tmp_path / "run")], capture_output=True, text=True, cwd=ROOT,
-                            env={**os.environ, "WORLD_SIZE": "2", "RANK": "1"})
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+@pytest.mark.parametrize("command", [["train.py", "--steps", "1", "--out", "run"],
+                                     ["eval.py", "--experiment", "ryarn", "--quick"]], ids=["small-gpt", "experiment"])
+def test_what_runs_in_one_process_is_refused_under_a_launcher(tmp_path, command):
+    """torchrun spreads the LLM path only: a small GPT or an experiment started by it would run N copies
+    racing for the same files. Refused in one line before anything is written (the launcher's environment,
+    without a launcher)."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, command[0]), *command[1:]], capture_output=True,
+                            text=True, cwd=tmp_path, env={**os.environ, "WORLD_SIZE": "2", "RANK": "1"})
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "--jobs" in result.stderr and os.listdir(tmp_path) == []
