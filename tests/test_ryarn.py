@@ -49,6 +49,7 @@ def test_quick_experiment_writes_its_results(quick_run):
         assert (tmp_path / "results" / "ryarn.png").stat().st_size > 0
 
 
+@pytest.mark.slow  # worker processes: a fresh Python and torch each
 def test_jobs_2_writes_what_jobs_1_writes(quick_run, tmp_path):
     """Bug caught: a result that depends on where its run trained: two runs sharing a seed or a global
     random state (a worker's second run continuing the first one's stream), a fine-tune started before its
