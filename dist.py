@@ -4,7 +4,7 @@
     torchrun --nproc_per_node 8 train.py --llm DIR --method ryarn --fsdp --device cuda                   # FSDP2
     torchrun --nproc_per_node 2 eval.py runs/llm-ryarn-s0 --lengths 8192,16384                          # sharded
 
-A launcher (torchrun, `accelerate launch`, a cluster's own) starts one process per device and tells each its
+A launcher (torchrun, or any that sets the same environment) starts one process per device and tells each its
 place through the environment: RANK, WORLD_SIZE, LOCAL_RANK (the device on its node), MASTER_ADDR and
 MASTER_PORT. Without a launcher there is one process and everything here does nothing, so the one-process path
 is the code path every run takes. The backend is NCCL on CUDA and gloo on the CPU, where the tests run.
