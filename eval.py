@@ -4,7 +4,9 @@
     python eval.py runs/NAME --delays 0:60 --plot delays.png  # delay tasks: accuracy at each delay
     python eval.py runs/NAME --lengths 64,128 --scaling yarn --factor 4   # inference-time YaRN
     python eval.py runs/LLM_RUN --task babilong --lengths 2048,12288     # a train.py --llm run
+    torchrun --nproc_per_node 2 eval.py runs/LLM_RUN ...     # the prompts shared out over 2 processes
     python eval.py --experiment retrieval                    # experiments/retrieval.py -> results/retrieval.*
+    python eval.py --experiment distance --jobs 4            # its independent models in 4 processes
     python eval.py --bench                                   # experiments/bench.py -> results/bench.*
 
 The paper experiments live in experiments/, one file each, found here by name and imported only when asked
@@ -19,6 +21,7 @@ import argparse
 import importlib
 import json
 import os
+import resource
 import signal
 import sys
 import time
@@ -26,6 +29,7 @@ import time
 import torch
 from tqdm import tqdm
 
+import dist
 import lengen
 import text_tasks
 import train
@@ -141,13 +145,17 @@ def llm_eval_command(args) -> None:
     if args.original_len is not None:
         raise UsageError("--original-len is for small-GPT runs: an LLM's original context is read from its config")
     import hf  # imports transformers: only on the LLM path
-    model, tokenizer, label = hf.load_for_eval(args.run or args.llm, args.device, args.scaling, args.factor)
+    device = dist.start(args.device)  # under torchrun, each process scores a share of the prompts (dist.py)
+    model, tokenizer, label = hf.load_for_eval(args.run or args.llm, device, args.scaling, args.factor)
     task = args.task or "babilong"
     lengths = args.lengths or [1024, 4096, 8192, 12288]
     samples = args.samples or 5
     start = time.perf_counter()
-    with tqdm(total=len(lengths) * samples, desc=label) as bar:
-        rows = [hf.evaluate_llm(model, tokenizer, task, n, samples, {}, args.device, bar=bar) for n in lengths]
+    with tqdm(total=len(lengths) * samples, desc=label, disable=dist.rank() > 0) as bar:
+        rows = [hf.evaluate_llm(model, tokenizer, task, n, samples, {}, device, bar=bar) for n in lengths]
+    dist.stop()
+    if dist.launch_rank() > 0:  # rank 0 reports for all
+        return
     print(f"{label}: {task}, exact match")
     print(train.markdown_table(rows))
     print(f"({samples} prompts per length, {time.perf_counter() - start:.0f} s)")
@@ -260,6 +268,13 @@ def map_jobs(worker, items: list, jobs: int = 1, threads: int = 1, bar=None) -> 
         return [f.result() for f in futures]
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished child processes (--jobs workers, once their pool is
+    closed): an experiment's CPU cost whether it runs its models here or in workers."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def experiment_names() -> list[str]:
     """The experiments: one file each in experiments/ (bench.py is reached through --bench)."""
     folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "experiments")
@@ -270,8 +285,10 @@ def run_experiment(name: str, args) -> None:
     """Import experiments/NAME.py only now (it imports this module, not the other way round) and run it."""
     if name not in experiment_names() + ["bench"]:
         raise UsageError(f"unknown experiment '{name}'; choose from {', '.join(experiment_names())}")
-    if args.jobs != 1 and name not in ("llm", "encodings") or args.jobs < 1:
-        raise UsageError("--jobs N >= 1 applies to --experiment llm and encodings (their runs are independent)")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: give N >= 1 (how many runs train at once)")
+    if args.bench and args.jobs != 1:
+        raise UsageError("--bench measures what --jobs does itself: leave --jobs out")
     importlib.import_module(f"experiments.{name}").run(args)
 
 
@@ -303,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bench", action="store_true", help="speed and memory benchmark (results/bench.md)")
     p.add_argument("--out-dir", default="results", help="experiment or bench: where results go")
     p.add_argument("--jobs", type=int, default=1,
-                   help="experiments llm and encodings: this many independent runs at once, each in its own process")
+                   help="experiment: this many independent runs at once, each in its own process (results are "
+                        "identical to --jobs 1)")
     return p
 
 
@@ -316,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
         if args.factor is not None and args.factor < 1:
             raise UsageError(f"--factor must be >= 1 (it stretches the context), got {args.factor:g}")
-        if not (args.bench or args.experiment):
+        llm = args.llm or (args.run and os.path.isdir(os.path.join(args.run, "model")))
+        if dist.launched() and (args.bench or args.experiment or not llm):
+            raise UsageError("torchrun shares out an LLM evaluation's prompts; everything else runs in one process "
+                             "(an experiment's runs in several: --jobs N)")
+        if not (args.bench or args.experiment) and dist.launch_rank() == 0:  # rank 0 writes them
             check_writable(args.json, "--json")
             check_writable(args.plot, "--plot")
         if args.bench:
@@ -325,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             run_experiment(args.experiment, args)
         elif args.samples is not None and args.samples < 1:
             raise UsageError("--samples must be >= 1")
-        elif args.llm or (args.run and os.path.isdir(os.path.join(args.run, "model"))):
+        elif llm:
             llm_eval_command(args)
         elif args.run:
             args.samples = args.samples or 256

@@ -14,6 +14,7 @@ import os
 
 import torch
 
+import dist
 import lengen
 import text_tasks
 import train
@@ -135,6 +136,17 @@ def text_sample(tokenizer, task: str, length: int, seed: int, options: dict) -> 
     return text_tasks.make_text_sample(task, length - 32, seed, lambda t: len(tokenizer(t).input_ids), **options)
 
 
+def step_samples(tokenizer, cfg: dict, step: int, ours: list[bool], every: bool) -> list:
+    """The global batch of a training step, as (ids (1, T), prompt tokens) for sample j where ours[j] or
+    `every`, None elsewhere. Sample j of step t has the seed seed * 1,000,003 + t * len(ours) + j: with one
+    process and no accumulation, t * batch + i, as before training was distributed. `every`: a process that
+    draws randomized positions for the whole batch (train_llm) needs every sample's length, so it also
+    tokenizes the others' samples, milliseconds each against the seconds of a forward."""
+    seeds = [cfg["seed"] * 1_000_003 + step * len(ours) + j for j in range(len(ours))]
+    return [chat_ids(tokenizer, *text_sample(tokenizer, cfg["task"], cfg["train_len"][1], seed, cfg["task_options"]))
+            if our or every else None for seed, our in zip(seeds, ours)]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Generation and scoring
 # ---------------------------------------------------------------------------------------------------------
@@ -159,14 +171,17 @@ def checkpoint_activations(model) -> None:
     (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
 
 
-def decoder_hidden(model, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """The decoder's last hidden states (1, T, d) for token ids at the given position ids, every token attending
-    to its whole prefix. The attention mask is passed even though it is all ones: with position ids that are
-    not 0..T-1 and no mask, transformers (v5, on the path without a KV cache, e.g. under gradient
-    checkpointing) reads every gap as the start of a new packed sequence and masks attention across it, so a
-    randomized-position sample would be cut into tiny pieces that never see each other."""
-    return model.get_decoder()(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids),
-                               use_cache=False).last_hidden_state
+def answer_logits(model, ids: torch.Tensor, positions: torch.Tensor, n_prompt: int) -> torch.Tensor:
+    """Float32 logits (1, T - n_prompt, vocab) at the positions that predict the answer (n_prompt - 1 .. T - 2),
+    for token ids at the given position ids, every token attending to its whole prefix. It calls the model
+    itself (not its decoder and head apart), so that a DDP or FSDP2 wrapper sees the forward. The attention
+    mask is passed even though it is all ones: with position ids that are not 0..T-1 and no mask, transformers
+    (v5, on the path without a KV cache, e.g. under gradient checkpointing) reads every gap as the start of a
+    new packed sequence and masks attention across it, so a randomized-position sample would be cut into tiny
+    pieces that never see each other."""
+    keep = torch.arange(n_prompt - 1, ids.shape[1] - 1, device=ids.device)  # the head runs on these rows only
+    return model(input_ids=ids, position_ids=positions, attention_mask=torch.ones_like(ids), use_cache=False,
+                 logits_to_keep=keep).logits.float()
 
 
 def answer_ids(tokenizer, answer: str) -> list[int]:
@@ -235,12 +250,15 @@ def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options
     standard errors. The seeds lie far from the training samples' (train.py uses seed * 1,000,003 + i)."""
     candidates = text_tasks.ANSWER_CANDIDATES.get(task, ())
     scores = []
-    for i in range(samples):
+    # Under a launcher (torchrun) process r scores prompts r, r + N, ...; every process gets all the scores,
+    # in prompt order, as one process computes them (each prompt is scored on its own).
+    for i in range(dist.rank(), samples, dist.world()):
         prompt, answer = text_sample(tokenizer, task, length, seed + i, options or {})
-        scores.append({"answer": answer, **score_prompt(model, tokenizer, prompt, answer, candidates, device,
-                                                        bf16=bf16)})
+        scores.append((i, {"answer": answer, **score_prompt(model, tokenizer, prompt, answer, candidates, device,
+                                                            bf16=bf16)}))
         if bar is not None:
-            bar.update(1)
+            bar.update(min(dist.world(), samples - i))  # this round of prompts, one per process
+    scores = [score for _, score in sorted(dist.gather(scores), key=lambda pair: pair[0])]
     mean, low, high = train.interval(torch.tensor([float(s["right"]) for s in scores]))
     row = {"length": length, "accuracy": mean, "low": low, "high": high, "samples": samples}
     logprob = torch.tensor([s["logprob"] for s in scores])

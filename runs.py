@@ -209,3 +209,31 @@ def closed_stdout(program: str) -> None:
     at exit to /dev/null, so that no second error follows."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     print(f"{program}: error: the output was closed before all of it was written", file=sys.stderr)
+
+
+# What --resume takes besides the run: how it runs, not what it computes.
+RESUME_FLAGS = ("resume", "out", "quiet", "threads")
+
+
+def resume_config(args, given: dict) -> dict:
+    """The saved settings of the run in --out (args: train.py's parsed command line; given: the options typed,
+    train.given_flags). A flag given with --resume must agree with them: continued with other settings, the
+    run would give other numbers under its name."""
+    if not args.out:
+        raise UsageError("--resume needs --out RUN_DIR")
+    if args.force:
+        raise UsageError("--resume continues a run and --force replaces it: choose one")
+    cfg = read_config(args.out)
+    saved = {**cfg, **cfg["task_options"]}
+
+    def show(value):  # tuples given, lists saved: compared and shown as JSON (strings as they are)
+        return value if isinstance(value, str) else json.dumps(value)
+    differ = [f"--{k.replace('_', '-')} {show(v)} (the run has {show(saved.get(k))})"
+              for k, v in given.items() if k not in RESUME_FLAGS and show(v) != show(saved.get(k))]
+    if differ:
+        raise UsageError(f"{args.out} was trained with other settings: {', '.join(differ)}; resume without them, "
+                         "or start again with --force")
+    cfg.update(resume=True, force=False, out=args.out, quiet=args.quiet)
+    cfg["threads"] = args.threads or cfg["threads"]
+    cfg["train_len"], cfg["curriculum"] = tuple(cfg["train_len"]), cfg["curriculum"] and tuple(cfg["curriculum"])
+    return cfg

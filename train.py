@@ -5,6 +5,7 @@ Face causal LM on short text-task samples with one of Paper R's methods (train_l
     python train.py --task copy --encoding rope --scaling yarn --factor 8 --original-len 32 \\
                     --positions randomized --curriculum 32:256 --init runs/copy-pretrained
     python train.py --llm smollm2 --method ryarn --train-len 512 --steps 100     # hf.py does the HF side
+    torchrun --nproc_per_node 4 train.py --llm DIR --method ryarn --fsdp        # dist.py: DDP or FSDP2
 
 A small-GPT run lives in runs/NAME/: config.json (every setting), checkpoint.pt (written to a temporary file,
 flushed to the disk, then renamed, so a kill never leaves half a checkpoint), log.jsonl (one line per logged
@@ -19,6 +20,7 @@ takes nothing with it; a lock turns away a second train.py on the same run (runs
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
@@ -31,11 +33,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+import dist
 import lengen
 import tasks
 import text_tasks
 from runs import (Interrupted, UsageError, beside, closed_stdout, hold, load_checkpoint, open_log,
-                  prepare_run_dir, read_config, save_atomic, signals_deferred, swap_in, write_config)
+                  prepare_run_dir, read_config, resume_config, save_atomic, signals_deferred, swap_in,
+                  write_config)
 
 
 class Parser(argparse.ArgumentParser):
@@ -148,7 +152,8 @@ def build_parser() -> Parser:
     opt = p.add_argument_group("optimisation")
     opt.add_argument("--steps", type=int, default=None, help="default 1000 (--llm: 40)")
     opt.add_argument("--batch", type=int, default=None,
-                     help="sequences per step (default 32; --llm: 1 sample per step, each its own forward)")
+                     help="sequences per step (default 32; --llm: samples per process and backward, default 1, "
+                          "each its own forward)")
     opt.add_argument("--lr", type=finite, default=None, help="peak learning rate (default 1e-3; --llm: 2e-5)")
     opt.add_argument("--wd", type=finite, default=0.0, help="AdamW weight decay on 2-D weights")
     opt.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 100; --llm: 4)")
@@ -184,6 +189,10 @@ def build_parser() -> Parser:
     llm.add_argument("--bf16", action="store_true",
                      help="bfloat16 autocast on the CPU too (always on CUDA): ~3x faster on a CPU with AVX-512 BF16")
     llm.add_argument("--facts", type=int, default=None, help="babilong: 1, 2 or 3 supporting facts")
+    llm.add_argument("--grad-accum", type=int, default=1, metavar="K",
+                     help="backwards per optimizer step: the global batch is batch x K x processes")
+    llm.add_argument("--fsdp", action="store_true",
+                     help="under torchrun: shard parameters, gradients and optimizer state (FSDP2) instead of DDP")
     return p
 
 
@@ -541,7 +550,7 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
 
 # The options only an LLM run reads; and those both kinds read. --llm refuses every other one rather than
 # ignore it, and a small-GPT run refuses these.
-LLM_ONLY = {"method", "no_curriculum", "range", "range_shape", "lora", "facts", "bf16"}
+LLM_ONLY = {"method", "no_curriculum", "range", "range_shape", "lora", "facts", "bf16", "grad_accum", "fsdp"}
 LLM_FLAGS = LLM_ONLY | {"llm", "task", "train_len", "steps", "batch", "lr", "wd", "warmup", "seed", "factor", "out",
                         "force", "resume", "device", "threads", "quiet"}
 
@@ -575,20 +584,32 @@ def resolve_llm(args: argparse.Namespace, parser: argparse.ArgumentParser) -> di
     cfg["task_options"] = options
     if args.train_len[0] != args.train_len[1]:
         raise UsageError("--llm takes one --train-len N (tokens per training sample)")
-    if args.steps < 1 or args.batch < 1:
-        raise UsageError("--steps and --batch must be >= 1")
+    for flag in ("steps", "batch", "grad_accum"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
     if args.lora is not None and importlib.util.find_spec("peft") is None:
         raise UsageError("--lora needs peft: pip install peft")
+    if args.fsdp and not dist.launched():
+        raise UsageError("--fsdp shards the model over several processes: start them with torchrun "
+                         "--nproc_per_node N train.py ...")
+    if args.fsdp and not hasattr(importlib.import_module("torch.distributed.fsdp"), "fully_shard"):
+        raise UsageError(f"--fsdp needs FSDP2 (torch.distributed.fsdp.fully_shard): torch >= 2.6, not {torch.__version__}")
+    if args.fsdp and args.lora:
+        raise UsageError("--fsdp is for full fine-tuning; LoRA trains a few weights beside a frozen model: "
+                         "leave --fsdp out (DDP)")
     cfg["out"] = args.out or os.path.join("runs", f"llm-{cfg['method']}-s{args.seed}")
     return cfg
 
 
 def train_llm(cfg: dict, on_step=None):
     """Fine-tune a Hugging Face causal LM on short text-task samples with one of Paper R's methods; the loss
-    is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in cfg['out']."""
+    is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in cfg['out'].
+    Under a launcher (torchrun) every process runs this; rank 0 alone writes (dist.py says how it spreads)."""
     import hf  # imports transformers: only here, on the LLM path
     use_threads(cfg)
-    model, tokenizer = hf.load_llm(cfg["llm"], cfg["device"])
+    device = dist.start(cfg["device"])
+    lead = dist.rank() == 0
+    model, tokenizer = hf.load_llm(cfg["llm"], device)
     if not hf.rotary_modules(model):
         raise UsageError(f"{type(model).__name__} has no rotary embedding with inv_freq: lengen cannot patch it")
     head_dim, base, original = hf.rope_geometry(model)
@@ -599,31 +620,33 @@ def train_llm(cfg: dict, on_step=None):
         hf.text_sample(tokenizer, cfg["task"], n, 0, cfg["task_options"])
     except ValueError as e:
         raise UsageError(f"--train-len {n}: {e}") from None
-    out = prepare_run_dir(cfg)  # only now, when everything has been checked, is anything written
+    out = prepare_run_dir(cfg) if lead else None  # only now, when everything has been checked, is anything written
     yarn, randomized = LLM_METHODS[cfg["method"]]
-    cfg.update(scaling="yarn" if yarn else "none", original_len=original)
+    B, K, W = cfg["batch"], cfg["grad_accum"], dist.world()
+    cfg.update(scaling="yarn" if yarn else "none", original_len=original, processes=W, global_batch=B * K * W)
     hf.apply_llm_rope(model, cfg["scaling"], cfg["factor"])
     # Randomized positions: n sorted distinct ids from [0, M) for an n-token sample. M is a multiple of the
     # sample length: it widens from 1x to range x (Paper R's stages by default), or is range x from the first
-    # step with --no-curriculum.
+    # step with --no-curriculum. Every process computes the same M from the step.
     top = int(round(cfg["range"] * n))
     curriculum = lengen.LengthCurriculum(n, top, cfg["steps"], cfg["range_shape"]) if not cfg["no_curriculum"] \
         else None
-    cuda = cfg["device"].startswith("cuda")
+    cuda = torch.device(device).type == "cuda"
     if cuda:
         hf.checkpoint_activations(model)
+    torch.manual_seed(cfg["seed"])  # LoRA's initial weights, dropout
     if cfg["lora"]:
         import peft
         model = peft.get_peft_model(model, peft.LoraConfig(r=cfg["lora"], lora_alpha=2 * cfg["lora"],
                                                            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
-    params = [p for p in model.parameters() if p.requires_grad]
+    model = dist.wrap(model, cfg["fsdp"], device)
+    params = [p for p in model.parameters() if p.requires_grad]  # under FSDP2, this process's shards
     optimizer = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["wd"])
-    torch.manual_seed(cfg["seed"])
     where = torch.Generator().manual_seed(cfg["seed"] + 2)
-    head = model.get_output_embeddings()
-    write_config(out, cfg)
-    log = open_log(out, fresh=True)
-    bar = tqdm(range(cfg["steps"]), disable=cfg["quiet"], desc=os.path.basename(out))
+    if lead:
+        write_config(out, cfg)
+    log = open_log(out, fresh=True) if lead else None
+    bar = tqdm(range(cfg["steps"]), disable=cfg["quiet"] or not lead, desc=os.path.basename(cfg["out"]))
     model.train()
     tick, tokens = time.perf_counter(), 0
     for step in bar:
@@ -631,42 +654,55 @@ def train_llm(cfg: dict, on_step=None):
         optimizer.zero_grad(set_to_none=True)
         M = curriculum(step) if curriculum else top
         losses, highest = [], 0
-        # --batch samples per step, each its own forward (samples differ in length; nothing is padded); their
-        # gradients add up to the mean loss. Sample i of step t is the same text for every method.
-        for i in range(cfg["batch"]):
-            seed = cfg["seed"] * 1_000_003 + step * cfg["batch"] + i
-            prompt, answer = hf.text_sample(tokenizer, cfg["task"], n, seed, cfg["task_options"])
-            ids, n_prompt = hf.chat_ids(tokenizer, prompt, answer)
-            T = ids.shape[1]
-            positions = lengen.randomized_positions(1, T, max(T, M), where) if randomized else torch.arange(T)[None]
+        # A step takes the global batch, B x K x W samples, each its own forward (samples differ in length;
+        # nothing is padded). Process r's k-th backward takes samples j = (k W + r) B .. + B - 1. Positions
+        # are drawn from one stream in the order of j, whoever trains the sample, so that samples and
+        # positions do not depend on how the batch is split (hf.step_samples says what that costs).
+        ours = [(j // B) % W == dist.rank() for j in range(B * K * W)]
+        try:
+            samples = hf.step_samples(tokenizer, cfg, step, ours, randomized)
+        except ValueError as e:  # checked on sample 0 above, but a later sample's facts may take more tokens
+            raise UsageError(f"--train-len {n}: step {step}: {e}") from None
+        for j, sample in enumerate(samples):
+            if sample is not None:
+                T = sample[0].shape[1]
+                positions = lengen.randomized_positions(1, T, max(T, M), where) if randomized else torch.arange(T)[None]
+                samples[j] = (*sample, positions)
+        mine = [sample for sample, our in zip(samples, ours) if our]
+        for i, (ids, n_prompt, positions) in enumerate(mine):
             if on_step:
                 on_step(step, ids, positions)
-            ids, positions = ids.to(cfg["device"]), positions.to(cfg["device"])
-            with torch.autocast(torch.device(cfg["device"]).type, dtype=torch.bfloat16, enabled=cuda or cfg["bf16"]):
-                hidden = hf.decoder_hidden(model, ids, positions)
-                logits = head(hidden[:, n_prompt - 1:-1]).float()  # only the positions that predict the answer
-            loss = F.cross_entropy(logits[0], ids[0, n_prompt:])
-            (loss / cfg["batch"]).backward()
+            ids, positions = ids.to(device), positions.to(device)
+            with dist.gradient_sync(model, sync=i == len(mine) - 1):
+                with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=cuda or cfg["bf16"]):
+                    logits = hf.answer_logits(model, ids, positions, n_prompt)
+                loss = F.cross_entropy(logits[0], ids[0, n_prompt:])
+                # the mean over the global batch: the processes average their gradients, so each divides by
+                # the samples it trains
+                (loss / len(mine)).backward()
             losses.append(loss.item())
             highest = max(highest, int(positions.max()))
-            tokens += T
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+            tokens += ids.shape[1]
+        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)  # of the global batch's gradient, before clipping
         optimizer.step()
-        rate = tokens / (time.perf_counter() - tick)
-        loss = sum(losses) / len(losses)
-        log.write(json.dumps({"step": step + 1, "loss": round(loss, 5), "range": M if randomized else None,
-                              "max_position": highest, "tokens_per_s": round(rate)}) + "\n")
+        loss_sum, all_tokens = dist.total([sum(losses), tokens])
+        highest = int(dist.total([highest], "max")[0])
+        rate = all_tokens / (time.perf_counter() - tick)
+        loss, norm = loss_sum / (B * K * W), dist.local(norm).item()
+        if lead:
+            log.write(json.dumps({"step": step + 1, "loss": round(loss, 5), "range": M if randomized else None,
+                                  "max_position": highest, "grad_norm": round(norm, 6),
+                                  "tokens_per_s": round(rate)}) + "\n")
         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}")
-    log.close()
+    model = dist.unwrap(model)
     if cfg["lora"]:
         model = model.merge_and_unload()
-    model.save_pretrained(os.path.join(out, "model"))
-    tokenizer.save_pretrained(os.path.join(out, "model"))
+    state = dist.full_state(model)  # every process takes part in gathering the shards
+    if lead:
+        log.close()
+        model.save_pretrained(os.path.join(out, "model"), state_dict=state)
+        tokenizer.save_pretrained(os.path.join(out, "model"))
     return model.eval(), tokenizer, cfg
-
-
-# What --resume takes besides the run: how it runs, not what it computes.
-RESUME_FLAGS = ("resume", "out", "quiet", "threads")
 
 
 def given_flags(argv: list[str] | None) -> dict:
@@ -674,29 +710,6 @@ def given_flags(argv: list[str] | None) -> dict:
     parser, unset = build_parser(), object()
     parser.set_defaults(**dict.fromkeys(vars(parser.parse_args([])), unset))
     return {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not unset}
-
-
-def resume_config(args: argparse.Namespace, given: dict) -> dict:
-    """The saved settings of the run in --out. A flag given with --resume must agree with them: continued
-    with other settings, the run would give other numbers under its name."""
-    if not args.out:
-        raise UsageError("--resume needs --out RUN_DIR")
-    if args.force:
-        raise UsageError("--resume continues a run and --force replaces it: choose one")
-    cfg = read_config(args.out)
-    saved = {**cfg, **cfg["task_options"]}
-
-    def show(value):  # tuples given, lists saved: compared and shown as JSON (strings as they are)
-        return value if isinstance(value, str) else json.dumps(value)
-    differ = [f"--{k.replace('_', '-')} {show(v)} (the run has {show(saved.get(k))})"
-              for k, v in given.items() if k not in RESUME_FLAGS and show(v) != show(saved.get(k))]
-    if differ:
-        raise UsageError(f"{args.out} was trained with other settings: {', '.join(differ)}; resume without them, "
-                         "or start again with --force")
-    cfg.update(resume=True, force=False, out=args.out, quiet=args.quiet)
-    cfg["threads"] = args.threads or cfg["threads"]
-    cfg["train_len"], cfg["curriculum"] = tuple(cfg["train_len"]), cfg["curriculum"] and tuple(cfg["curriculum"])
-    return cfg
 
 
 def run(argv: list[str] | None = None, on_step=None) -> dict:
@@ -713,12 +726,21 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
             cfg = resolve_llm(args, parser)
         except (ValueError, RuntimeError) as e:
             raise UsageError(str(e)) from None
-        with hold(cfg["out"]):
+        # Under a launcher only rank 0 holds and writes the run. A check that fails on rank 0 alone (the run
+        # is held, or exists) ends that process, and the launcher then ends the others (so nothing waits for
+        # the process group to be left: that would wait forever for the others).
+        lead = dist.launch_rank() == 0
+        with hold(cfg["out"]) if lead else contextlib.nullcontext():
             model, tokenizer, cfg = train_llm(cfg, on_step)  # builds the run beside --out (prepare_run_dir)
-            swap_in(beside(cfg["out"], "new"), cfg["out"])
-        if not cfg["quiet"]:
+            if lead:
+                swap_in(beside(cfg["out"], "new"), cfg["out"])
+        dist.stop()
+        if lead and not cfg["quiet"]:
             print(f"saved {cfg['out']}/model ({cfg['method']}); measure it with: python eval.py {cfg['out']}")
         return {"run": cfg["out"], "rows": []}
+    if dist.launched():
+        raise UsageError("torchrun spreads an LLM fine-tune (--llm) over processes; a small GPT trains in one "
+                         "(many at once: python eval.py --experiment NAME --jobs N)")
     if args.resume:
         cfg = resume_config(args, given_flags(argv))
     else:

@@ -1,5 +1,6 @@
-"""Speed and memory: training speed per encoding against a plain reference, evaluation memory at long length,
-and the cost of patching a Hugging Face model.
+"""Speed and memory: training speed per encoding against a plain reference, where a training step's time
+goes and which options make it faster, evaluation memory at long length, the cost of patching a Hugging Face
+model, an LLM fine-tune's throughput in 1 and 2 processes, and what --jobs does to an experiment's wall time.
 
     python eval.py --bench                     # results/bench.{md,json}
 
@@ -9,8 +10,12 @@ of several repeats.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import platform
+import subprocess
+import sys
+import tempfile
 import time
 
 import torch
@@ -117,6 +122,114 @@ def training_speed(shape: dict, steps: int, repeats: int, compile_rope: bool) ->
     return rows
 
 
+def step_options(shape: dict, steps: int, repeats: int, compile_too: bool) -> list[dict]:
+    """The RoPE training step with the options that could make it faster, each as tokens/s and as a ratio to
+    the plain reference timed in the same turns: AdamW's for-loop (torch's default on the CPU), foreach and
+    fused implementations, and torch.compile of the forward. Every option starts from the same weights and
+    takes the same steps, so `identical` says whether it ends with bit-identical weights to the default."""
+    B, T = shape["batch"], shape["length"]
+    x = torch.randint(0, 64, (B, T), generator=torch.Generator().manual_seed(0))
+    options = {"plain reference": ({}, False), "lengen": ({}, False), "lengen, AdamW foreach": ({"foreach": True}, False),
+               "lengen, AdamW fused": ({"fused": True}, False)}
+    if compile_too:
+        options["lengen, torch.compile"] = ({}, True)
+    fns, models = {}, {}
+    for label, (adamw, compiled) in options.items():
+        torch.manual_seed(0)
+        model = lengen.GPT(lengen.GPTConfig(vocab_size=64, n_layer=shape["layers"], n_head=shape["heads"],
+                                            d_model=shape["dim"], original_max_len=T, max_len=T))
+        forward = (lambda i, m=model: plain_forward(m, i)) if label == "plain reference" else \
+            torch.compile(model) if compiled else model
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **adamw)
+
+        def go(forward=forward, optimizer=optimizer):
+            for _ in range(steps):
+                loss = F.cross_entropy(forward(x).flatten(0, 1), x.flatten())
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+        fns[label], models[label] = go, model
+    best = best_times(fns, repeats)
+    default = list(models["lengen"].parameters())
+    return [{"option": label, "tokens_per_s": B * T * steps / best[label],
+             "vs_plain": best["plain reference"] / best[label],
+             "identical": None if label == "plain reference" else
+             all(torch.equal(p, q) for p, q in zip(models[label].parameters(), default))} for label in options]
+
+
+def step_profile(shape: dict, steps: int) -> list[dict]:
+    """Where the RoPE training step spends its time: torch.profiler's self CPU time per operator, the largest
+    first, as a share of the whole."""
+    from torch.profiler import ProfilerActivity, profile
+    B, T = shape["batch"], shape["length"]
+    x = torch.randint(0, 64, (B, T), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    model = lengen.GPT(lengen.GPTConfig(vocab_size=64, n_layer=shape["layers"], n_head=shape["heads"],
+                                        d_model=shape["dim"], original_max_len=T, max_len=T))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        loss = F.cross_entropy(model(x).flatten(0, 1), x.flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    step()  # warm-up, outside the profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in ops)
+    return [{"operator": e.key, "share": e.self_cpu_time_total / total, "calls_per_step": e.count / steps}
+            for e in ops[:8]]
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _command(words: list[str], folder: str) -> None:
+    """Run a command of one torch thread per process in `folder`; a failure stops the bench with its last line."""
+    done = subprocess.run(words, cwd=folder, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(words)} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+
+
+def llm_throughput(length: int, steps: int) -> list[dict]:
+    """Training tokens/s of train.py --llm smollm2 (Randomized YaRN, one sample of `length` tokens per process
+    and step) in 1 process, and in 2 under torchrun (DDP, and FSDP2), one torch thread each, on the CPU (gloo).
+    The rate is the one train.py logs at its last step: every process's tokens since the loop began (loading
+    the model is not counted)."""
+    import hf
+    if not hf.smollm2_gguf():
+        return []
+    train_args = ["train.py", "--llm", "smollm2", "--method", "ryarn", "--train-len", str(length), "--steps",
+                  str(steps), "--threads", "1", "--quiet"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    ways = [("1 process", [sys.executable]), ("2 processes, DDP", torchrun), ("2 processes, FSDP2", torchrun)]
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for label, launcher in ways:
+            out = os.path.join(folder, "run")
+            extra = ["--fsdp"] if "FSDP2" in label else []
+            _command(launcher + train_args + extra + ["--out", out, "--force"], ROOT)
+            with open(os.path.join(out, "log.jsonl")) as f:
+                last = [json.loads(line) for line in f][-1]
+            rows.append({"processes": label, "tokens_per_s": last["tokens_per_s"]})
+    return rows
+
+
+def jobs_wall_time(experiment: str, jobs: tuple[int, ...]) -> list[dict]:
+    """Wall time of `python eval.py --experiment NAME --quick --threads 1 --jobs N` for each N, each in a
+    fresh folder (its runs/ and results/ land there)."""
+    rows = []
+    for n in jobs:
+        with tempfile.TemporaryDirectory() as folder:
+            start = time.perf_counter()
+            _command([sys.executable, os.path.join(ROOT, "eval.py"), "--experiment", experiment, "--quick",
+                      "--threads", "1", "--jobs", str(n)], folder)
+            rows.append({"experiment": experiment, "jobs": n, "wall_s": time.perf_counter() - start})
+    return rows
+
+
 def _resident_kib(field: str) -> int:
     """VmRSS (resident now) or VmHWM (peak since the last reset) of this process, from Linux's /proc."""
     with open("/proc/self/status") as f:
@@ -203,10 +316,12 @@ def hf_patch_cost(length: int, repeats: int, smollm2: bool) -> list[dict]:
 # memory; hf_length: the tiny Llama's tokens in the patch-cost probe.
 _DEFAULT = dict(shapes=[dict(name="4x128, T 64, batch 12", layers=4, dim=128, heads=4, length=64, batch=12, steps=10),
                         dict(name="4x256, T 256, batch 4", layers=4, dim=256, heads=8, length=256, batch=4, steps=4)],
-                lengths=[4096, 8192, 16384, 32768], repeats=5, compile_rope=True, smollm2=True, hf_length=512)
+                lengths=[4096, 8192, 16384, 32768], repeats=5, compile_rope=True, smollm2=True, hf_length=512,
+                llm=dict(length=256, steps=4), jobs=dict(experiment="ryarn", jobs=(1, 2)))
 SCALES = {
     "quick": dict(shapes=[dict(name="2x32, T 32, batch 4", layers=2, dim=32, heads=2, length=32, batch=4, steps=2)],
-                  lengths=[256, 512], repeats=1, compile_rope=False, smollm2=False, hf_length=64),
+                  lengths=[256, 512], repeats=1, compile_rope=False, smollm2=False, hf_length=64, llm=None,
+                  jobs=None),
     "default": _DEFAULT,
     "full": _DEFAULT,  # the benchmark measures speed, not a paper's claim: its default is already its full size
 }
@@ -219,6 +334,11 @@ def run(args) -> None:
     speed = {s["name"]: training_speed(s, s["steps"], repeats, setup["compile_rope"]) for s in setup["shapes"]}
     memory = evaluation_memory(lengths, args.threads)
     hf_rows = hf_patch_cost(setup["hf_length"], repeats + 2, setup["smollm2"])
+    first_shape = setup["shapes"][0]
+    options = step_options(first_shape, first_shape["steps"], repeats, setup["compile_rope"])
+    profile = step_profile(first_shape, first_shape["steps"])
+    llm = llm_throughput(**setup["llm"]) if setup["llm"] else []
+    jobs = jobs_wall_time(**setup["jobs"]) if setup["jobs"] else []
     runtime = time.perf_counter() - start
 
     machine = (f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
@@ -250,6 +370,22 @@ def run(args) -> None:
                "| model | tokens | unpatched | patched | ratio |", "|---|---:|---:|---:|---:|"]
         md += [f"| {r['model']} | {r['length']} | {r['unpatched_s']:.3f} s | {r['patched_s']:.3f} s | "
                f"{r['ratio']:.3f} |" for r in hf_rows]
+    md += [f"\n## The RoPE training step, {first_shape['name']}: where its time goes, and what makes it faster\n",
+           "| operator (torch.profiler) | share of the step's CPU time | calls per step |", "|---|---:|---:|"]
+    md += [f"| {r['operator']} | {r['share']:.1%} | {r['calls_per_step']:g} |" for r in profile]
+    md += ["", "| step | tokens/s | vs the plain reference | weights bit-identical to lengen's default |",
+           "|---|---:|---:|---|"]
+    md += [f"| {r['option']} | {r['tokens_per_s']:,.0f} | {r['vs_plain']:.2f}x | "
+           f"{'n/a' if r['identical'] is None else 'yes' if r['identical'] else 'no'} |" for r in options]
+    if llm:
+        md += [f"\n## LLM fine-tuning throughput (train.py --llm smollm2 --method ryarn, {setup['llm']['length']}-token "
+               f"samples, {setup['llm']['steps']} steps, 1 torch thread per process, CPU, gloo)\n",
+               "| processes | training tokens/s (all processes) |", "|---|---:|"]
+        md += [f"| {r['processes']} | {r['tokens_per_s']:,} |" for r in llm]
+    if jobs:
+        md += [f"\n## --jobs: wall time of `python eval.py --experiment {jobs[0]['experiment']} --quick --threads 1 "
+               "--jobs N`\n", "| N | wall time | vs --jobs 1 |", "|---:|---:|---:|"]
+        md += [f"| {r['jobs']} | {r['wall_s']:.1f} s | {jobs[0]['wall_s'] / r['wall_s']:.2f}x |" for r in jobs]
     first = next(iter(speed.values()))
     by = {r["variant"]: r for r in first}
     growths = [next(r for r in memory if r["encoding"] == e and r["length"] == lengths[-1])["peak_mb"] /
@@ -268,5 +404,6 @@ def run(args) -> None:
     md += [f"\n## Targets (first shape: {next(iter(speed))})\n", "| target | measured | met |", "|---|---:|---|"]
     md += [f"| {name} | {value:.2f} | {'yes' if ok else 'no'} |" for name, value, ok in targets]
     data = {"command": command, "machine": machine, "runtime_s": runtime, "training": speed, "memory": memory,
-            "hf": hf_rows, "targets": [{"target": n, "measured": v, "met": ok} for n, v, ok in targets]}
+            "hf": hf_rows, "step_options": options, "step_profile": profile, "llm_throughput": llm,
+            "jobs_wall_time": jobs, "targets": [{"target": n, "measured": v, "met": ok} for n, v, ok in targets]}
     write_results("bench", "\n".join(md) + "\n", data, None, args.out_dir)

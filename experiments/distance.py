@@ -23,7 +23,7 @@ import time
 import torch
 
 import train
-from eval import command_line, mean_sd, plot_curves, scale_name, spread, verdict, write_results
+from eval import command_line, map_jobs, mean_sd, plot_curves, scale_name, spread, verdict, write_results
 
 DISTANCE_ENCODINGS = ("nope", "rope", "alibi")
 DISTANCE_COLORS = {"nope": "tab:blue", "rope": "tab:orange", "alibi": "tab:green"}  # the same in every panel
@@ -87,6 +87,30 @@ def distance_curve(setup: dict, scale: str, args, task: str, encoding: str, seed
                                    device=args.device)
     print(f"  {name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     return rows
+
+
+def curve_worker(job) -> list[dict]:
+    """distance_curve in this process or a --jobs worker (a module-level function, so that a spawned process
+    can run it)."""
+    return distance_curve(*job)
+
+
+def planned_models(setup: dict):
+    """The settings (task, encoding, seed, delays, selective delays, width) of every model run() uses, in the
+    order it uses them: (A), the size sweep, (B), (C)."""
+    width, band = setup["width"], setup["band"]
+    for task in ("delay_copy", "selective_copy"):
+        for e in DISTANCE_ENCODINGS:
+            yield from ((task, e, seed, band, None, width) for seed in range(setup["seeds"]))
+    for w in setup["widths"]:
+        yield from (("delay_copy", e, 0, band, None, w) for e in DISTANCE_ENCODINGS)
+    for e in setup["diversity_encodings"]:
+        for d_max in setup["diversity"]:
+            yield from (("delay_copy", e, seed, (0, d_max), None, width) for seed in range(setup["diversity_seeds"]))
+    for setting in ("adjacent", "separated"):
+        for e in setup["transfer_encodings"]:
+            for seed in range(setup["transfer_seeds"]):
+                yield from (("delay_copy", e, seed, band, None, width), ("mixed_copy", e, seed, band, setup[setting], width))
 
 
 def over_seeds(curves: list[list[dict]], inside) -> dict:
@@ -205,7 +229,7 @@ def distance_checks(setup, size, part_a, part_b, part_c) -> dict[str, list[tuple
     return checks
 
 
-def distance_markdown(setup, scale, command, runtime, threads, part_a, size, part_b, part_c):
+def distance_markdown(setup, scale, command, runtime, threads, jobs, part_a, size, part_b, part_c):
     """results/distance.md: setup and every change from Paper D, then per question the paper's finding, our
     numbers and a verdict computed from sub-claims. Returns (markdown, checks)."""
     lo, hi = setup["band"]
@@ -214,7 +238,8 @@ def distance_markdown(setup, scale, command, runtime, threads, part_a, size, par
     machine = f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
     width, layers, heads = setup["width"], setup["layers"], setup["heads"]
     md = ["# Distance generalization (Paper D, arXiv 2609.11913)\n",
-          f"`{command}` took {runtime / 60:.1f} minutes on {machine}, one model at a time, {threads} torch thread(s) "
+          f"`{command}` took {runtime / 60:.1f} minutes on {machine}, {jobs} model(s) at a time, {threads} torch "
+          "thread(s) each "
           f"(load average {os.getloadavg()[0]:.1f} at the end). Every number below "
           "comes from that run; per-delay curves of every seed are in `distance.json`.\n",
           "Paper D asks whether a positional encoding helps a transformer copy tokens across delays it never saw "
@@ -372,33 +397,28 @@ def run(args) -> None:
     setup = SCALES[scale]
     start = time.perf_counter()
     lo, hi = setup["band"]
-    cache = {}
+    # Every model first, in --jobs worker processes when asked; a model that two parts share (same settings) is
+    # trained once. curves() below reads them.
+    keys = list(dict.fromkeys(planned_models(setup)))
+    print(f"distance ({scale}): {len(keys)} models, {args.jobs} at a time", file=sys.stderr)
+    trained = dict(zip(keys, map_jobs(curve_worker, [(setup, scale, args, *key) for key in keys], args.jobs,
+                                      args.threads or 1)))
 
     def curves(task, encoding, seeds, delays, selective=None, width=None):
-        """One curve per seed; a model already trained in this run (same settings) is reused, not retrained."""
-        out = []
-        for seed in range(seeds):
-            key = (task, encoding, seed, delays, selective, width or setup["width"])
-            if key not in cache:
-                cache[key] = distance_curve(setup, scale, args, task, encoding, seed, delays, selective, width)
-            out.append(cache[key])
-        return out
+        """One curve per seed."""
+        return [trained[task, encoding, seed, delays, selective, width or setup["width"]] for seed in range(seeds)]
 
     def in_band(d):
         return lo <= d <= hi
 
-    # (A) first: its seed-0 C models at the chosen width are also the size sweep's models at that width
-    print(f"distance ({scale}): (A) encodings on {span(setup['band'])}", file=sys.stderr)
+    # (A); its seed-0 C models at the chosen width are also the size sweep's models at that width
     part_a = {task: {e: over_seeds(curves(task, e, setup["seeds"], setup["band"]), in_band) for e in DISTANCE_ENCODINGS}
               for task in ("delay_copy", "selective_copy")}
-    print("distance: size", file=sys.stderr)
     size = {w: {e: over_seeds(curves("delay_copy", e, 1, setup["band"], width=w), in_band) for e in DISTANCE_ENCODINGS}
             for w in setup["widths"]}
-    print("distance: (B) diversity", file=sys.stderr)
     part_b = {e: {d_max: over_seeds(curves("delay_copy", e, setup["diversity_seeds"], (0, d_max)),
                                     lambda d, d_max=d_max: d <= d_max)
                   for d_max in setup["diversity"]} for e in setup["diversity_encodings"]}
-    print("distance: (C) transfer", file=sys.stderr)
     part_c = {}
     for setting in ("adjacent", "separated"):
         part_c[setting] = {}
@@ -411,7 +431,8 @@ def run(args) -> None:
     runtime = time.perf_counter() - start
 
     command = command_line(args)
-    md, checks = distance_markdown(setup, scale, command, runtime, args.threads or 1, part_a, size, part_b, part_c)
+    md, checks = distance_markdown(setup, scale, command, runtime, args.threads or 1, args.jobs, part_a, size, part_b,
+                                   part_c)
     data = {"command": command, "scale": scale, "settings": setup, "runtime_s": runtime,
             "transfer_margin": TRANSFER_MARGIN,
             "verdicts": {name: {"verdict": checks_verdict(c),

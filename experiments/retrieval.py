@@ -20,7 +20,7 @@ import torch
 import lengen
 import tasks
 import train
-from eval import command_line, fmt, fmt_e, plot_curves, scale_name, spread, verdict, write_results
+from eval import command_line, fmt, fmt_e, map_jobs, plot_curves, scale_name, spread, verdict, write_results
 
 # ---------------------------------------------------------------------------------------------------------
 # The analysis
@@ -567,6 +567,26 @@ def retrieval_markdown(data: dict, claims: list[dict]) -> str:
     return "\n".join(lines)
 
 
+ANALYSES = {  # what the experiment measures on a trained model, by name
+    "retrieval": lambda model, cfg, job: analyse_retrieval(model, cfg, job["lengths"], job["samples"]),
+    "recipe": lambda model, cfg, job: analyse_recipe(model, cfg, job["samples"]),
+    "linear": lambda model, cfg, job: analyse_linear(model, cfg, 10 * RETRIEVAL_TRAIN_MAX),
+    "transfer": lambda model, cfg, job: analyse_transfer(model, cfg, job["samples"] // 4),
+}
+
+
+def fit_worker(job: dict) -> dict:
+    """Train one model (runs/retrieval/SCALE/NAME) and run the analyses job["analyses"] on it, in that order;
+    returns {analysis: result}. Module-level, so that a --jobs worker process can run it: every model is
+    seeded by its own command line, so where it runs changes nothing."""
+    out = os.path.join("runs", "retrieval", job["scale"], job["name"])
+    print(f"[{time.time() - job['start']:5.0f} s] training {out}", file=sys.stderr, flush=True)
+    train.run(job["argv"] + ["--out", out, "--force", "--quiet", "--threads", str(job["threads"]), "--device",
+                             job["device"], "--eval-samples", "64"])
+    model, cfg = train.load_run(out)
+    return {name: ANALYSES[name](model, cfg, job) for name in job["analyses"]}
+
+
 def run(args) -> None:
     """Paper A, claims 1-7 of its abstract plus lengen's regularization sweep (claim 8)."""
     scale = scale_name(args)
@@ -574,52 +594,58 @@ def run(args) -> None:
     lengths = [hi, 2 * hi, 4 * hi, 6 * hi, 8 * hi, 10 * hi]
     threads = args.threads or 1
     start = time.perf_counter()
-
-    def fit(name: str, argv: list[str]) -> tuple[lengen.GPT, dict]:
-        out = os.path.join("runs", "retrieval", scale, name)
-        print(f"[{time.perf_counter() - start:5.0f} s] training {out}", file=sys.stderr, flush=True)
-        train.run(argv + ["--out", out, "--force", "--quiet", "--threads", str(threads), "--device", args.device,
-                          "--eval-samples", "64"])
-        return train.load_run(out)
+    common = {"scale": scale, "threads": threads, "device": args.device, "lengths": lengths,
+              "samples": setup["samples"], "start": time.time()}
 
     def head(encoding, k, seed, *extra):
         return RETRIEVAL_HEAD + ["--encoding", encoding, "--offset", str(k), "--train-len", f"{k + 2}:{hi}",
                                  "--steps", str(setup["steps"]), "--seed", str(seed), *extra]
 
-    data = {"command": command_line(args),
-            "scale": scale, "threads": threads, "symbols": SYMBOLS, "offsets": setup["offsets"],
-            "seeds": setup["seeds"], "steps": setup["steps"], "train_max": hi, "controls": setup["controls"],
-            "rope_planes": HEAD_DIM // 2, "runs": [],
-            "transfer": [], "sweep": {"baseline": []}}
+    # Every model, with where its results go: (part, its labels, name, train.py flags, analyses). They are
+    # independent: with --jobs N they train N at once.
     k0 = setup["offsets"][0]
+    models = []
     for k in setup["offsets"]:
         for encoding in ("rope", "learned", *(setup["controls"] if k == k0 else ())):  # controls: one offset
             for seed in setup["seeds"]:
                 extra = RETRIEVAL_TABLE_ROWS if encoding == "learned" else []
-                model, cfg = fit(f"{encoding}-k{k}-s{seed}", head(encoding, k, seed, *extra))
-                data["runs"].append({"encoding": encoding, "attention": "softmax", "offset": k, "seed": seed,
-                                     **analyse_retrieval(model, cfg, lengths, setup["samples"])})
-                if encoding == "rope" and k == k0:  # the sweep's baseline is this very recipe
-                    data["sweep"]["baseline"].append(analyse_recipe(model, cfg, setup["samples"]))
+                # the sweep's baseline is this very recipe
+                analyses = ["retrieval"] + (["recipe"] if encoding == "rope" and k == k0 else [])
+                models.append(("runs", {"encoding": encoding, "attention": "softmax", "offset": k, "seed": seed},
+                               f"{encoding}-k{k}-s{seed}", head(encoding, k, seed, *extra), analyses))
         for seed in setup["seeds"]:
-            model, cfg = fit(f"linear-k{k}-s{seed}", head("rope", k, seed, "--attention", "linear"))
-            data["runs"].append({"encoding": "rope", "attention": "linear", "offset": k, "seed": seed,
-                                 **analyse_retrieval(model, cfg, lengths, setup["samples"]),
-                                 **analyse_linear(model, cfg, 10 * hi)})
+            models.append(("runs", {"encoding": "rope", "attention": "linear", "offset": k, "seed": seed},
+                           f"linear-k{k}-s{seed}", head("rope", k, seed, "--attention", "linear"),
+                           ["retrieval", "linear"]))
     for encoding in ("rope", "learned"):
         for seed in setup["seeds"]:
             argv = RETRIEVAL_TRANSFER + ["--encoding", encoding, "--offset", str(k0), "--train-len", f"{k0 + 2}:{hi}",
                                          "--steps", str(setup["shift_steps"]), "--seed", str(seed)]
             if encoding == "learned":
                 argv += RETRIEVAL_TABLE_ROWS
-            model, cfg = fit(f"shift-{encoding}-s{seed}", argv)
-            data["transfer"].append({"encoding": encoding, "seed": seed,
-                                     **analyse_transfer(model, cfg, setup["samples"] // 4)})
+            models.append(("transfer", {"encoding": encoding, "seed": seed}, f"shift-{encoding}-s{seed}", argv,
+                           ["transfer"]))
     for name, extra in retrieval_sweep(setup["steps"])[:setup["sweep"]]:
-        data["sweep"][name] = []
         for seed in setup["seeds"]:
-            model, cfg = fit(f"sweep-{name.replace(' ', '-')}-s{seed}", head("rope", k0, seed, *extra))
-            data["sweep"][name].append(analyse_recipe(model, cfg, setup["samples"]))
+            models.append(("sweep", name, f"sweep-{name.replace(' ', '-')}-s{seed}", head("rope", k0, seed, *extra),
+                           ["recipe"]))
+    results = map_jobs(fit_worker, [{**common, "name": name, "argv": argv, "analyses": analyses}
+                                    for _, _, name, argv, analyses in models], args.jobs, threads)
+
+    data = {"command": command_line(args),
+            "scale": scale, "threads": threads, "symbols": SYMBOLS, "offsets": setup["offsets"],
+            "seeds": setup["seeds"], "steps": setup["steps"], "train_max": hi, "controls": setup["controls"],
+            "rope_planes": HEAD_DIM // 2, "runs": [],
+            "transfer": [], "sweep": {"baseline": []}}
+    for (part, labels, _, _, _), result in zip(models, results):
+        if part == "runs":
+            data["runs"].append({**labels, **result["retrieval"], **result.get("linear", {})})
+            if "recipe" in result:
+                data["sweep"]["baseline"].append(result["recipe"])
+        elif part == "transfer":
+            data["transfer"].append({**labels, **result["transfer"]})
+        else:
+            data["sweep"].setdefault(labels, []).append(result["recipe"])
     data["claims"] = retrieval_claims(data)
     data["runtime_s"] = time.perf_counter() - start
     write_results("retrieval", retrieval_markdown(data, data["claims"]), data, retrieval_figure(data, lengths),

@@ -22,7 +22,8 @@ from tqdm import tqdm
 
 import tasks
 import train
-from eval import command_line, mean_sd, paired_gain, plot_curves, scale_name, spread, verdict, write_results
+from eval import (command_line, cpu_seconds, map_jobs, mean_sd, paired_gain, plot_curves, scale_name, spread,
+                  verdict, write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The setup
@@ -160,7 +161,8 @@ def markdown(data: dict) -> str:
         "# Randomized YaRN (Paper R, arXiv 2606.23687) on a small GPT", "",
         f"Command: `{data['command']}`  ",
         f"Runtime: {runtime['wall_s'] / 60:.1f} min wall clock, {runtime['cpu_s'] / 60:.1f} min of CPU time "
-        f"({runtime['threads']} torch thread(s), {runtime['cores']} cores, shared with other work).", "",
+        f"({runtime['threads']} torch thread(s) in each of {runtime['jobs']} process(es) at once, "
+        f"{runtime['cores']} cores, shared with other work).", "",
         f"**Setup.** Task `{TASK}` ({', '.join(f'{k}={v}' for k, v in TASK_OPTIONS.items())}; chance "
         f"1/{TASK_OPTIONS['values']}): facts key=value among filler, the queried key stated at least twice with "
         f"different values, answer its latest value. A RoPE GPT (2 layers, 2 heads, d_model 64) is pretrained "
@@ -236,56 +238,76 @@ def figure(data: dict):
 # The run
 # ---------------------------------------------------------------------------------------------------------
 
+def fit_worker(job) -> list[list[float]]:
+    """Train one run (train.py's command line `argv`), then measure it: its accuracies as trained, and read
+    with YaRN x each factor in `factors` (None: as trained). Module-level, so that a --jobs worker process
+    can run it; every run is seeded by its own command line, so where it runs changes nothing."""
+    argv, task, setup, args, factors = job
+    out = train.run(argv)["run"]
+    return [accuracies(out, task, setup, args, factor) for factor in factors]
+
+
 def run(args) -> None:
     scale = scale_name(args)
     setup = SCALES[scale]
     L, s = setup["L"], setup["factor"]
     root = os.path.join("runs", "ryarn", scale)
-    start, cpu_start = time.perf_counter(), time.process_time()
+    start, cpu_start = time.perf_counter(), cpu_seconds()
     fine_tunes = list(METHODS)[2:]
-    bases = 1 if setup["shared_base"] else len(setup["seeds"])
-    total = bases + len(setup["seeds"]) * (len(fine_tunes) + len(setup["ranges"]) - 1) + len(CONTROLS) * 4
-    bar = tqdm(total=total, desc="ryarn")
+    seeds = setup["seeds"]
+    threads = args.threads or 1
 
-    def fit(argv):
-        bar.set_postfix_str(os.path.relpath(argv[argv.index("--out") + 1], root))
-        out = train.run(argv)["run"]
-        bar.update(1)
-        return out
+    def base_dir(task, seed):  # the pretrained model a fine-tune of this seed starts from
+        shared = task != TASK or setup["shared_base"]
+        return os.path.join(root, task, f"pretrain-s{(0 if task != TASK else seeds[0]) if shared else seed}")
+
+    # Two waves of independent runs (--jobs N runs N at once): the pretrained models, then the fine-tunes,
+    # which start from them. A shared base is trained and measured once, then paired with each seed.
+    bases = [(train_argv(TASK, base_dir(TASK, seed), L, setup["pretrain"], seed, args), TASK, setup, args, [None, s])
+             for seed in (seeds[:1] if setup["shared_base"] else seeds)]
+    bases += [(train_argv(task, base_dir(task, 0), L, setup["control_pretrain"], 0, args), task, setup, args, [None])
+              for task in CONTROLS]
+    tunes = []  # (key, job): key says where the accuracies go
+    for seed in seeds:
+        base = base_dir(TASK, seed)
+        for method in fine_tunes:
+            factors = [None, 2 * s] if method == "ryarn" else [None]  # ryarn is also read with s' = 2s
+            tunes.append(((method, seed), (finetune_argv(TASK, os.path.join(root, TASK), base, method, setup, seed,
+                                                         args), TASK, setup, args, factors)))
+        for top in setup["ranges"][1:]:
+            tunes.append(((f"ryarn, range {top}L", seed), (finetune_argv(
+                TASK, os.path.join(root, TASK), base, "ryarn", setup, seed, args, top), TASK, setup, args, [None])))
+    control_setup = {**setup, "finetune": setup["control_finetune"]}
+    for task in CONTROLS:
+        for method in ("ft", "yarn", "ryarn"):
+            tunes.append(((task, method), (finetune_argv(task, os.path.join(root, task), base_dir(task, 0), method,
+                                                         control_setup, 0, args), task, setup, args, [None])))
+    bar = tqdm(total=len(bases) + len(tunes), desc="ryarn")
+    measured_bases = map_jobs(fit_worker, bases, args.jobs, threads, bar)
+    measured = dict(zip([key for key, _ in tunes], map_jobs(fit_worker, [job for _, job in tunes], args.jobs,
+                                                            threads, bar)))
 
     # accuracy[method][seed] = accuracies at MULTIPLES x L; the same for the sweep and the controls
     accuracy = {m: [] for m in METHODS}
     sweep = {f"ryarn, range {r}L": [] for r in setup["ranges"]} | {f"ryarn, range 2L, s' = {2 * s}": []}
-    base = None
-    for seed in setup["seeds"]:
-        if base is None or not setup["shared_base"]:  # a shared base is measured once, then paired with each seed
-            base = fit(train_argv(TASK, os.path.join(root, TASK, f"pretrain-s{seed}"), L, setup["pretrain"],
-                                  seed, args))
-            zero_shot = accuracies(base, TASK, setup, args), accuracies(base, TASK, setup, args, factor=s)
+    for k, seed in enumerate(seeds):
+        zero_shot = measured_bases[0 if setup["shared_base"] else k]
         accuracy["zero-shot"].append(zero_shot[0])
         accuracy["zero-shot+yarn"].append(zero_shot[1])
         for method in fine_tunes:
-            accuracy[method].append(accuracies(fit(finetune_argv(TASK, os.path.join(root, TASK), base, method, setup,
-                                                                 seed, args)), TASK, setup, args))
-        ryarn_run = os.path.join(root, TASK, f"ryarn-s{seed}")
+            accuracy[method].append(measured[method, seed][0])
         sweep[f"ryarn, range {2}L"].append(accuracy["ryarn"][-1])
-        sweep[f"ryarn, range 2L, s' = {2 * s}"].append(accuracies(ryarn_run, TASK, setup, args, factor=2 * s))
+        sweep[f"ryarn, range 2L, s' = {2 * s}"].append(measured["ryarn", seed][1])
         for top in setup["ranges"][1:]:
-            sweep[f"ryarn, range {top}L"].append(accuracies(
-                fit(finetune_argv(TASK, os.path.join(root, TASK), base, "ryarn", setup, seed, args, top)),
-                TASK, setup, args))
+            sweep[f"ryarn, range {top}L"].append(measured[f"ryarn, range {top}L", seed][0])
     controls = {}
-    for task in CONTROLS:
-        control_base = fit(train_argv(task, os.path.join(root, task, "pretrain-s0"), L, setup["control_pretrain"],
-                                      0, args))
-        controls[task] = {"zero-shot": [accuracies(control_base, task, setup, args)]}
+    for task, control_base in zip(CONTROLS, measured_bases[-len(CONTROLS):]):
+        controls[task] = {"zero-shot": [control_base[0]]}
         for method in ("ft", "yarn", "ryarn"):
-            argv = finetune_argv(task, os.path.join(root, task), control_base, method,
-                                 {**setup, "finetune": setup["control_finetune"]}, 0, args)
-            controls[task][method] = [accuracies(fit(argv), task, setup, args)]
+            controls[task][method] = [measured[task, method][0]]
     bar.close()
-    runtime = {"wall_s": round(time.perf_counter() - start, 1), "cpu_s": round(time.process_time() - cpu_start, 1),
-               "threads": args.threads or 1, "cores": os.cpu_count()}
+    runtime = {"wall_s": round(time.perf_counter() - start, 1), "cpu_s": round(cpu_seconds() - cpu_start, 1),
+               "threads": threads, "jobs": args.jobs, "cores": os.cpu_count()}
     data = {"command": command_line(args), "runtime": runtime, "scale": scale, "settings": setup, "task": TASK,
             "task_options": TASK_OPTIONS, "lengths": [m * L for m in MULTIPLES], "threshold": THRESHOLD,
             "accuracy": accuracy, "sweep": sweep, "controls": controls, "claims": claims(accuracy)}

@@ -93,6 +93,8 @@ CASES = [
     pytest.param("eval", ["{runs}/run", "--device", "cuda"], "no such device", marks=cuda),
     ("eval", ["{runs}/run", "--device", "nosuch"], "unknown --device"),
     ("eval", ["{runs}/run", "--threads", "-1"], "--threads must be >= 1"),
+    ("eval", ["--experiment", "distance", "--jobs", "0"], "--jobs 0: give N >= 1"),
+    ("eval", ["--bench", "--jobs", "2"], "--bench measures what --jobs does"),
     ("train", ["--threads", "-1"], "--threads must be >= 1"),
     # sizes that cannot fit are refused with what they would need, before anything is allocated
     ("eval", ["{runs}/run", "--lengths", "1000000000"], "GiB"),

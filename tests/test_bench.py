@@ -47,6 +47,13 @@ def test_bench_quick_reports_consistent_ratios_and_targets(tmp_path):
             assert r["cost_vs_nope"] == pytest.approx(nope["tokens_per_s"] / r["tokens_per_s"])
             assert r["speedup_vs_plain"] == pytest.approx(r["tokens_per_s"] / r["plain_tokens_per_s"])
     assert all(r["ratio"] == pytest.approx(r["patched_s"] / r["unpatched_s"]) for r in data["hf"])
+    # the step's options against the plain reference of the same turns; the profile's largest operators first
+    options = {r["option"]: r for r in data["step_options"]}
+    assert list(options)[:2] == ["plain reference", "lengen"] and options["lengen"]["identical"] is True
+    for r in options.values():
+        assert r["vs_plain"] == pytest.approx(r["tokens_per_s"] / options["plain reference"]["tokens_per_s"])
+    shares = [r["share"] for r in data["step_profile"]]
+    assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1 + 1e-9
     # every target: the measured value recomputed from the rows (first shape), and met exactly when it passes
     by = {r["variant"]: r for r in next(iter(data["training"].values()))}
     lengths = sorted({r["length"] for r in data["memory"]})

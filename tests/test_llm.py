@@ -108,8 +108,8 @@ def test_every_llm_forward_attends_across_position_gaps(tiny_llm):
     """The bug: with position ids that have gaps and no attention mask, transformers (on the path without a
     KV cache, e.g. gradient checkpointing on a GPU) reads every gap as the start of a new packed sequence and
     cuts attention there; a randomized-position sample then never sees its own beginning. Here the switches of
-    that path are on (checkpointing, no cache, training mode): changing token 0 must change the last token's
-    state through hf.decoder_hidden, the forward fine-tuning uses. The unmasked call is shown to fail."""
+    that path are on (checkpointing, no cache, training mode): changing token 0 must change the last logits
+    through hf.answer_logits, the forward fine-tuning uses. The unmasked call is shown to fail."""
     model, _ = hf.load_llm(tiny_llm)
     hf.checkpoint_activations(model)
     model.config.use_cache = False
@@ -119,7 +119,7 @@ def test_every_llm_forward_attends_across_position_gaps(tiny_llm):
     other[0, 0] = (ids[0, 0] + 1) % 100
     positions = lengen.randomized_positions(1, 48, 1024, torch.Generator().manual_seed(1))
     with torch.no_grad():
-        change = (hf.decoder_hidden(model, ids, positions) - hf.decoder_hidden(model, other, positions))[0, -1]
+        change = (hf.answer_logits(model, ids, positions, 40) - hf.answer_logits(model, other, positions, 40))[0, -1]
         assert change.abs().max() > 1e-3
         unmasked = [model.get_decoder()(input_ids=x, position_ids=positions, use_cache=False).last_hidden_state
                     for x in (ids, other)]
@@ -185,6 +185,11 @@ def test_llm_bad_input_exits_2(tiny_llm, tmp_path):
         (["--llm", tiny_llm, "--offset", "3"], "--offset is for small-GPT runs"),
         (["--llm", tiny_llm, "--init", "runs/x"], "--init is for small-GPT runs"),
         (["--llm", tiny_llm, "--max-position", "4096"], "--method chooses"),
+        # scaling out: FSDP2 needs processes to shard over; accumulation needs a backward
+        (["--llm", tiny_llm, "--fsdp"], "start them with torchrun"),
+        (["--llm", tiny_llm, "--grad-accum", "0"], "--grad-accum must be >= 1"),
+        (["--grad-accum", "2"], "--grad-accum is for --llm runs"),
+        (["--fsdp"], "--fsdp is for --llm runs"),
     ]
     for args, message in cases:
         result = cli("train.py", "--steps", "1", "--quiet", "--out", str(tmp_path / "r"), "--force", *args)

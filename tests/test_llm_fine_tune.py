@@ -9,6 +9,7 @@ attention is nearly uniform and a wrong rotation changes the output by little; h
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -29,9 +30,12 @@ BASE, CONTEXT, FACTOR, HEAD_DIM = 5e4, 512, 4.0, 16
 
 @pytest.fixture(scope="module")
 def sharp_llm(tmp_path_factory):
+    return save_sharp_llm(str(tmp_path_factory.mktemp("sharp-llama")))
+
+
+def save_sharp_llm(folder: str) -> str:
     """A Hugging Face directory: a 2-layer random Llama (rope base 5e4, 512-token context, head dim 16) and a
     word-level tokenizer covering every word of the passkey task."""
-    folder = str(tmp_path_factory.mktemp("sharp-llama"))
     vocab = {"[UNK]": 0, "</s>": 1}
     for seed in range(40):
         prompt, answer = text_tasks.make_text_sample("passkey", 400, seed, lambda s: len(s.split()))
@@ -158,3 +162,17 @@ def test_eval_measures_an_llm_run_with_its_saved_schedule(sharp_llm, ryarn_run, 
     plain = load(os.path.join(ryarn_run["out"], "model"))
     lengen.patch_hf_rope(plain, *lengen.rope_frequencies(HEAD_DIM, BASE))
     assert said != answers(load(sharp_llm)) and said != answers(plain)
+
+
+def test_a_later_sample_too_long_for_train_len_is_one_line(sharp_llm, tmp_path, capsys):
+    """Bug caught: --train-len was checked on sample 0 alone, so a later sample whose facts need more tokens
+    (here step 3's, at 120 tokens) ended the fine-tune with a traceback. Now: one line, exit 2, no run left."""
+    previous = signal.getsignal(signal.SIGTERM)  # main() makes SIGTERM a Ctrl-C; this process gets its own back
+    try:
+        assert train.main(["--llm", sharp_llm, "--task", "babilong", "--method", "ft", "--train-len", "120",
+                           "--steps", "5", "--threads", "1", "--quiet", "--out", str(tmp_path / "run")]) == 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--train-len 120: step 3:" in err, err
+    assert os.listdir(tmp_path) == []

@@ -3,6 +3,7 @@ import importlib.util
 import json
 import types
 
+import pytest
 import torch
 
 import eval
@@ -13,12 +14,25 @@ from experiments import ryarn
 QUICK = ryarn.SCALES["quick"]
 
 
-def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
+def quick(folder, *extra: str):
+    """python eval.py --experiment ryarn --quick --threads 1 [extra] in `folder` (runs/ and results/ land there);
+    returns results/ryarn.json."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.chdir(folder)
+        assert eval.main(["--experiment", "ryarn", "--quick", "--threads", "1", *extra]) == 0
+    return json.loads((folder / "results" / "ryarn.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ryarn-quick")
+    return folder, quick(folder)
+
+
+def test_quick_experiment_writes_its_results(quick_run):
     """Bugs caught: a method or a length missing from the tables; inference-time YaRN not applied (zero-shot
     and zero-shot+yarn identical); a pretrained model that learned nothing; a claim without a verdict."""
-    monkeypatch.chdir(tmp_path)  # runs/ and results/ land in the temporary directory
-    assert eval.main(["--experiment", "ryarn", "--quick", "--threads", "1"]) == 0
-    data = json.loads((tmp_path / "results" / "ryarn.json").read_text())
+    tmp_path, data = quick_run
     L = QUICK["L"]
     assert data["lengths"] == [L, 2 * L, 4 * L, 8 * L, 16 * L]
     assert list(data["accuracy"]) == list(ryarn.METHODS)
@@ -33,6 +47,20 @@ def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
     assert "python eval.py --experiment ryarn --quick --threads 1" in markdown and "Runtime" in markdown
     if importlib.util.find_spec("matplotlib"):  # figures are optional: without matplotlib the run says so
         assert (tmp_path / "results" / "ryarn.png").stat().st_size > 0
+
+
+@pytest.mark.slow  # worker processes: a fresh Python and torch each
+def test_jobs_2_writes_what_jobs_1_writes(quick_run, tmp_path):
+    """Bug caught: a result that depends on where its run trained: two runs sharing a seed or a global
+    random state (a worker's second run continuing the first one's stream), a fine-tune started before its
+    pretrained model was written, or results assembled in the order the workers finish. Everything but the
+    command and its runtime must be equal, to the last bit."""
+    two = quick(tmp_path, "--jobs", "2")
+    assert two["command"].endswith("--jobs 2") and two["runtime"]["jobs"] == 2
+
+    def results(data):
+        return {k: v for k, v in data.items() if k not in ("command", "runtime")}
+    assert results(two) == results(quick_run[1])
 
 
 def fed_positions(method, tmp_path, top=2):
