@@ -23,7 +23,8 @@ from tqdm import tqdm
 import lengen
 import tasks
 import train
-from eval import command_line, map_jobs, mean_sd, paired_gain, scale_name, spread, verdict, write_results
+from eval import (command_line, cpu_seconds, map_jobs, mean_sd, paired_gain, scale_name, spread, verdict,
+                  write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The setup
@@ -76,12 +77,6 @@ def train_and_measure(job: tuple) -> list[float]:
     model, cfg = train.load_run(out, device)
     return [train.evaluate(model, task, m * L, cfg["task_options"], setup["samples"], device=device)["accuracy"]
             for m in MULTIPLES]
-
-
-def cpu_seconds() -> float:
-    """CPU time of this process and of its finished worker processes (--jobs N)."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
 
 
 def beyond(acc: list[float]) -> float:
