@@ -34,14 +34,11 @@ from eval import (command_line, cpu_seconds, map_jobs, mean_sd, paired_gain, sca
 # and cosine decay), trained at lengths L/2..L and evaluated with contiguous positions at 1, 2, 4 and 8 x L.
 # Randomized positions are drawn from [0, 8L) (train.py's default range), so every position met at
 # evaluation was met in training, as in Ruoss et al.; the learned table has 8L rows either way.
+TASKS = ("copy", "reverse", "duplicate", "associative_recall", "retrieval", "shift", "latest_recall")
 SCALES = {
     "quick": dict(L=12, steps=20, seeds=(0,), samples=16, tasks=("copy", "associative_recall")),
-    "default": dict(L=32, steps=1000, seeds=(0, 1), samples=128,
-                    tasks=("copy", "reverse", "duplicate", "associative_recall", "retrieval", "shift",
-                           "latest_recall")),
-    "full": dict(L=32, steps=4000, seeds=(0, 1, 2, 3, 4), samples=512,
-                 tasks=("copy", "reverse", "duplicate", "associative_recall", "retrieval", "shift",
-                        "latest_recall")),
+    "default": dict(L=32, steps=1000, seeds=(0, 1), samples=128, tasks=TASKS),
+    "full": dict(L=32, steps=4000, seeds=(0, 1, 2, 3, 4), samples=512, tasks=TASKS),
 }
 ENCODINGS = tuple(lengen.ENCODINGS)  # nope, learned, sinusoidal, rope, xpos, alibi, t5, kerple, fire
 # NoPE reads no position, and train.py draws position ids from a generator of their own, so NoPE with
