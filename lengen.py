@@ -1,13 +1,13 @@
 """lengen: length generalization in transformers, in one readable file.
 
 Read top to bottom:
-  1. rotary frequency schedules (RoPE, PI, NTK, dynamic NTK, YaRN)   -> (inv_freq, attention_scale)
+  1. rotary scalings (RoPE, PI, NTK, dynamic NTK, YaRN)   -> (inv_freq, attention_scale)
   2. applying rotations (cos/sin in float64, the half-split layout of Hugging Face Llama models)
   3. position ids (contiguous, randomized, uniform stretch, PoSE) and a length curriculum
   4. positional encodings, grouped by where they act: the input, q/k rotation, the attention logits
   5. attention: softmax (fused SDPA; biased logits in query blocks), an analysis path, linear attention
   6. a small GPT that takes any encoding and any position ids
-  7. a Hugging Face bridge: put any of these schedules into a Llama-family model
+  7. a Hugging Face bridge: put any of these scalings into a Llama-family model
 
 Nothing here imports the rest of the project, and importing it never imports transformers.
 """
@@ -21,48 +21,64 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # ---------------------------------------------------------------------------------------------------------
-# 1. Rotary frequency schedules
+# 1. Rotary scalings
 #
-# RoPE rotates pair i of every query and key by the angle p * theta_i at position p. A rotary schedule decides
-# the frequencies theta_i (and an attention scale that multiplies cos and sin). Every schedule is a pure
-# function with one signature, (dim, base, factor, original_max_len, length) -> (inv_freq, attention_scale):
+# RoPE rotates pair i of every query and key by the angle p * theta_i at position p. A rotary scaling decides
+# the frequencies theta_i (and an attention scale that multiplies cos and sin). Every scaling is a pure
+# function with one signature, (dim, base, factor, original_len, length) -> (inv_freq, attention_scale):
 # a float32 tensor of dim // 2 and a float, computed exactly as Hugging Face transformers computes it, so a
-# model fine-tuned here means the same thing there. Each reads only the arguments its formula needs.
+# model fine-tuned here means the same thing there. Each reads only the arguments its formula needs and checks
+# them itself, so that one copied into another project (with rope_frequencies, which they all build on) still
+# refuses a bad input with a reason. GPTConfig, config.json and the command line name the choice the same way
+# (scaling="yarn", --scaling yarn).
 # ---------------------------------------------------------------------------------------------------------
 
 
-def rope_frequencies(dim: int, base: float = 10000.0, factor: float = 1.0, original_max_len: int | None = None,
+def rope_frequencies(dim: int, base: float = 10000.0, factor: float = 1.0, original_len: int | None = None,
                      length: int | None = None) -> tuple[torch.Tensor, float]:
     """RoPE (arXiv 2104.09864): theta_i = base^(-2i/dim), i = 0 .. dim/2 - 1; no attention scale."""
-    if dim % 2:
-        raise ValueError(f"rotary dimension must be even, got {dim}")
+    if not (isinstance(dim, int) and dim > 0 and dim % 2 == 0):
+        raise ValueError(f"rotary dimension must be a positive even integer, got {dim}")
+    if not base > 1:
+        raise ValueError(f"rope base must be > 1 (frequencies are base^(-2i/dim)), got {base}")
+    if not factor >= 1:
+        raise ValueError(f"scaling factor must be >= 1 (it stretches the context), got {factor}")
     return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)), 1.0
 
 
-def pi_frequencies(dim: int, base: float, factor: float, original_max_len: int | None = None,
+def pi_frequencies(dim: int, base: float, factor: float, original_len: int | None = None,
                    length: int | None = None) -> tuple[torch.Tensor, float]:
-    """Position interpolation (arXiv 2306.15595): theta_i / s, the same as reading position p as p / s."""
-    inv_freq, _ = rope_frequencies(dim, base)
+    """Position interpolation (arXiv 2306.15595): theta_i / s, the same as reading position p as p / s.
+    Standalone with: rope_frequencies."""
+    inv_freq, _ = rope_frequencies(dim, base, factor)
     return inv_freq / factor, 1.0
 
 
-def ntk_frequencies(dim: int, base: float, factor: float, original_max_len: int | None = None,
+def ntk_frequencies(dim: int, base: float, factor: float, original_len: int | None = None,
                     length: int | None = None) -> tuple[torch.Tensor, float]:
-    """NTK-aware scaling (bloc97, 2023; arXiv 2309.00071 sec. 3.1): base -> base * s^(dim / (dim - 2))."""
+    """NTK-aware scaling (bloc97, 2023; arXiv 2309.00071 sec. 3.1): base -> base * s^(dim / (dim - 2)).
+    Standalone with: rope_frequencies."""
+    if dim <= 2:
+        raise ValueError(f"NTK rescales the base by s^(dim/(dim-2)): it needs a rotary dim > 2, got {dim}")
+    rope_frequencies(dim, base, factor)  # checks dim, base and s before they enter the exponent
     return rope_frequencies(dim, base * factor ** (dim / (dim - 2)))
 
 
-def dynamic_ntk_frequencies(dim: int, base: float, factor: float, original_max_len: int,
+def dynamic_ntk_frequencies(dim: int, base: float, factor: float, original_len: int,
                             length: int | None = None) -> tuple[torch.Tensor, float]:
     """Dynamic NTK (arXiv 2309.00071 sec. 3.3): base -> base * (s*n/L - (s-1))^(dim/(dim-2)) at length n > L.
 
     At or below the original length L it is plain RoPE, so short inputs are read exactly as in pretraining.
+    Standalone with: rope_frequencies, ntk_frequencies.
     """
-    n = max(length or 0, original_max_len)
-    return rope_frequencies(dim, base * (factor * n / original_max_len - (factor - 1)) ** (dim / (dim - 2)))
+    if not (original_len and original_len > 0):
+        raise ValueError(f"dynamic NTK needs original_len > 0, the length the model was trained at, got {original_len}")
+    ntk_frequencies(dim, base, factor)  # checks dim, base and s
+    n = max(length or 0, original_len)
+    return rope_frequencies(dim, base * (factor * n / original_len - (factor - 1)) ** (dim / (dim - 2)))
 
 
-def yarn_frequencies(dim: int, base: float, factor: float, original_max_len: int, length: int | None = None, *,
+def yarn_frequencies(dim: int, base: float, factor: float, original_len: int, length: int | None = None, *,
                      beta_fast: float = 32.0, beta_slow: float = 1.0,
                      truncate: bool = True) -> tuple[torch.Tensor, float]:
     """YaRN (arXiv 2309.00071): inv_freq_i = (theta_i / s)(1 - w_i) + theta_i w_i, scale a = 0.1 ln s + 1.
@@ -72,9 +88,14 @@ def yarn_frequencies(dim: int, base: float, factor: float, original_max_len: int
     pretraining) and a linear ramp over the pair index in between. Pair boundaries come from the number of
     turns r a pair makes in L:  corr(r) = dim * ln(L / (2 pi r)) / (2 ln base).
     Worked example: dim 128, base 1e4, L 4096, s 16 -> ramp from pair 20 to 46, a = 1.2773.
+    Standalone with: rope_frequencies.
     """
+    if not (original_len and original_len > 0):
+        raise ValueError(f"YaRN needs original_len > 0, the length the model was trained at, got {original_len}")
+    theta, _ = rope_frequencies(dim, base, factor)  # checks dim, base and s
+
     def correction_dim(turns: float) -> float:
-        return dim * math.log(original_max_len / (2 * math.pi * turns)) / (2 * math.log(base))
+        return dim * math.log(original_len / (2 * math.pi * turns)) / (2 * math.log(base))
 
     low, high = correction_dim(beta_fast), correction_dim(beta_slow)
     if truncate:
@@ -84,32 +105,23 @@ def yarn_frequencies(dim: int, base: float, factor: float, original_max_len: int
         high += 0.001  # a zero-width ramp would divide by zero
     ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
     keep = 1 - ramp  # w_i: the weight of the original (extrapolated) frequency
-    theta, _ = rope_frequencies(dim, base)
     inv_freq = theta / factor * (1 - keep) + theta * keep
     scale = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
     return inv_freq, scale
 
 
-# name -> schedule: one signature, so a caller chooses a schedule from a string without knowing which
+# name -> scaling: one signature, so a caller chooses a scaling from a string without knowing which
 # arguments it reads.
-SCHEDULES = {"none": rope_frequencies, "pi": pi_frequencies, "ntk": ntk_frequencies,
+SCALINGS = {"none": rope_frequencies, "pi": pi_frequencies, "ntk": ntk_frequencies,
              "dynamic_ntk": dynamic_ntk_frequencies, "yarn": yarn_frequencies}
 
 
-def schedule_frequencies(name: str, dim: int, base: float, factor: float = 1.0,
-                         original_max_len: int | None = None, length: int = 0) -> tuple[torch.Tensor, float]:
-    """Look a schedule up by name and call it; unknown names and impossible factors fail with a clear reason."""
-    if name not in SCHEDULES:
-        raise ValueError(f"unknown rope scaling '{name}'; choose from {', '.join(SCHEDULES)}")
-    if factor < 1:
-        raise ValueError(f"scaling factor must be >= 1 (it stretches the context), got {factor}")
-    if base <= 1:
-        raise ValueError(f"rope base must be > 1 (frequencies are base^(-2i/dim)), got {base}")
-    if name in ("ntk", "dynamic_ntk") and dim <= 2:
-        raise ValueError(f"'{name}' rescales the base by s^(dim/(dim-2)): it needs a rotary dim > 2, got {dim}")
-    if name in ("dynamic_ntk", "yarn") and not (original_max_len and original_max_len > 0):
-        raise ValueError(f"'{name}' needs original_max_len > 0, the length the model was trained at")
-    return SCHEDULES[name](dim, base, factor, original_max_len, length)
+def scaling_frequencies(name: str, dim: int, base: float, factor: float = 1.0,
+                        original_len: int | None = None, length: int = 0) -> tuple[torch.Tensor, float]:
+    """Look a scaling up by name and call it (the scaling checks its own arguments)."""
+    if name not in SCALINGS:
+        raise ValueError(f"unknown rope scaling '{name}'; choose from {', '.join(SCALINGS)}")
+    return SCALINGS[name](dim, base, factor, original_len, length)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -155,12 +167,6 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _check_range(length: int, max_position: int) -> None:
-    if max_position < length:
-        raise ValueError(f"max_position {max_position} is below the sequence length {length}: "
-                         "positions must be distinct")
-
-
 def contiguous_positions(batch: int, length: int, max_position: int | None = None,
                          generator: torch.Generator | None = None) -> torch.Tensor:
     """0, 1, ..., length - 1 for every row: what a model sees at inference (max_position is not needed)."""
@@ -176,7 +182,9 @@ def randomized_positions(batch: int, length: int, max_position: int,
     integers and redraw duplicates until none remain: the procedure treats every id alike, so every subset is
     equally likely, and it costs O(length), not O(max_position) (64 x 4096 ids out of 1e6 in milliseconds).
     """
-    _check_range(length, max_position)
+    if max_position < length:
+        raise ValueError(f"max_position {max_position} is below the sequence length {length}: "
+                         "positions must be distinct")
     if max_position <= 4 * length:
         keys = torch.rand(batch, max_position, generator=generator)
         return keys.argsort(dim=1)[:, :length].sort(dim=1).values
@@ -196,7 +204,9 @@ def stretch_positions(batch: int, length: int, max_position: int,
 
     Example: L 4, V 10 -> [0, 2, 5, 7]. Spacing is even within a row; only the row's span is random.
     """
-    _check_range(length, max_position)
+    if max_position < length:
+        raise ValueError(f"max_position {max_position} is below the sequence length {length}: "
+                         "positions must be distinct")
     virtual = length + torch.rand(batch, 1, generator=generator, dtype=torch.float64) * (max_position - length)
     return (torch.arange(length, dtype=torch.float64) * virtual / length).floor().long()
 
@@ -208,7 +218,9 @@ def pose_positions(batch: int, length: int, max_position: int,
     Example: L 6, cut c 2, skip 7 -> [0, 1, 9, 10, 11, 12]. Both chunks stay contiguous, so local order looks
     exactly as at inference, while the skip exposes relative distances up to max_position - 1.
     """
-    _check_range(length, max_position)
+    if max_position < length:
+        raise ValueError(f"max_position {max_position} is below the sequence length {length}: "
+                         "positions must be distinct")
     cut = torch.randint(1, max(length, 2), (batch, 1), generator=generator)
     skip = torch.randint(0, max_position - length + 1, (batch, 1), generator=generator)
     t = torch.arange(length).expand(batch, length)
@@ -231,7 +243,7 @@ class LengthCurriculum:
     under 8K tokens: 8K -> 10K -> 12K -> 16K -> 16K, five equal stages at 0, 1/4, 1/2, 1 and 1 of the way
     from start to end, so the last two fifths hold the top ("paper-r"). "linear" grows evenly, "step" climbs
     `stages` equal stairs, the last at `end`, "cosine" slowly at both ends. Every shape equals start at step
-    0 and end from `steps` on. (A shape is how the range grows; a rotary "schedule" above is something else.)
+    0 and end from `steps` on. (A shape is how the range grows; a rotary "scaling" above is something else.)
     """
 
     SHAPES = ("paper-r", "linear", "step", "cosine")
@@ -262,8 +274,8 @@ class LengthCurriculum:
 # 4. Positional encodings, grouped by where they act
 #
 # Each encoding answers three questions, and acts in exactly one place:
-#   embed(positions)         -> (B|1, T, d_model) added to the token embeddings, or None    (NoPE, learned, sinusoidal)
-#   rotary(positions)        -> (cos, sin) that rotate q and k, or None                     (RoPE, any schedule)
+#   embed(positions)         -> (B|1, T, dim) added to the token embeddings, or None    (NoPE, learned, sinusoidal)
+#   rotary(positions)        -> (cos, sin) that rotate q and k, or None                     (RoPE, any scaling)
 #                               or (cos_q, sin_q, cos_k, sin_k) when q and k differ          (xPos)
 #   bias(q_pos, k_pos)       -> (B|1, H, Tq, Tk) added to the attention logits, or None     (ALiBi, T5, KERPLE, FIRE)
 # positions are (T,) or (B, T). The GPT computes embed and rotary once per forward and shares them across
@@ -276,11 +288,6 @@ class PositionalEncoding(nn.Module):
     None (NoPE)."""
 
     acts_on: str | None = None
-
-    @classmethod
-    def build(cls, config: "GPTConfig") -> "PositionalEncoding":
-        """The encoding a GPTConfig asks for (the registry ENCODINGS maps its name to the class)."""
-        return cls()
 
     def embed(self, positions: torch.Tensor) -> torch.Tensor | None:
         return None
@@ -303,13 +310,9 @@ class LearnedAbsolute(PositionalEncoding):
 
     acts_on = "input"
 
-    @classmethod
-    def build(cls, config):
-        return cls(config.max_len, config.d_model)
-
-    def __init__(self, max_len: int, d_model: int):
+    def __init__(self, max_len: int, dim: int):
         super().__init__()
-        self.table = nn.Embedding(max_len, d_model)
+        self.table = nn.Embedding(max_len, dim)
         nn.init.normal_(self.table.weight, std=0.02)
 
     def embed(self, positions):
@@ -320,25 +323,21 @@ class LearnedAbsolute(PositionalEncoding):
 
 
 class Sinusoidal(PositionalEncoding):
-    """Fixed sinusoids added to the input (arXiv 1706.03762): sin/cos of p * 10000^(-2i/d), d = d_model."""
+    """Fixed sinusoids added to the input (arXiv 1706.03762): sin/cos of p * 10000^(-2i/d), d = dim."""
 
     acts_on = "input"
 
-    @classmethod
-    def build(cls, config):
-        return cls(config.d_model)
-
-    def __init__(self, d_model: int):
+    def __init__(self, dim: int):
         super().__init__()
-        self.register_buffer("inv_freq", rope_frequencies(d_model, 10000.0)[0], persistent=False)
+        self.register_buffer("inv_freq", rope_frequencies(dim, 10000.0)[0], persistent=False)
 
     def embed(self, positions):
         phase = (positions if positions.dim() == 2 else positions[None]).double()[..., None] * self.inv_freq.double()
-        return torch.cat((phase.sin(), phase.cos()), dim=-1).float()  # (B|1, T, d_model)
+        return torch.cat((phase.sin(), phase.cos()), dim=-1).float()  # (B|1, T, dim)
 
 
 class Rotary(PositionalEncoding):
-    """RoPE with any schedule: rotates q and k so that <R_m q, R_n k> = <q, R_(n-m) k> (arXiv 2104.09864).
+    """RoPE with any scaling: rotates q and k so that <R_m q, R_n k> = <q, R_(n-m) k> (arXiv 2104.09864).
 
     The logit then depends on n - m alone: shifting every position by the same amount changes nothing.
     dynamic_ntk recomputes its frequencies from the largest position in each call.
@@ -346,17 +345,12 @@ class Rotary(PositionalEncoding):
 
     acts_on = "qk"
 
-    @classmethod
-    def build(cls, config):
-        return cls(config.d_model // config.n_head, config.rope_base, config.scaling, config.factor,
-                   config.original_max_len)
-
     def __init__(self, head_dim: int, base: float = 10000.0, scaling: str = "none", factor: float = 1.0,
-                 original_max_len: int | None = None):
+                 original_len: int | None = None):
         super().__init__()
         self.head_dim, self.base, self.scaling = head_dim, base, scaling
-        self.factor, self.original_max_len = factor, original_max_len
-        inv_freq, self.attention_scale = schedule_frequencies(scaling, head_dim, base, factor, original_max_len)
+        self.factor, self.original_len = factor, original_len
+        inv_freq, self.attention_scale = scaling_frequencies(scaling, head_dim, base, factor, original_len)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self._cache = None  # (positions, (cos, sin)) of the last call
 
@@ -369,7 +363,7 @@ class Rotary(PositionalEncoding):
         inv_freq, scale = self.inv_freq, self.attention_scale
         if self.scaling == "dynamic_ntk":
             inv_freq, scale = dynamic_ntk_frequencies(self.head_dim, self.base, self.factor,
-                                                      self.original_max_len, int(positions.max()) + 1)
+                                                      self.original_len, int(positions.max()) + 1)
         cos_sin = rotary_cos_sin(positions, inv_freq.to(positions.device), scale)
         self._cache = (positions.clone(), cos_sin)
         return cos_sin
@@ -391,9 +385,6 @@ class XPos(Rotary):
         self.register_buffer("zeta", zeta, persistent=False)
         self.scale_base = scale_base
 
-    @classmethod
-    def build(cls, config):
-        return cls(config.d_model // config.n_head, config.rope_base)
 
     def rotary(self, positions):
         cos, sin = super().rotary(positions)
@@ -409,30 +400,27 @@ def distances(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Ten
     return distance if distance.dim() == 3 else distance[None]
 
 
-def alibi_slopes(n_head: int) -> torch.Tensor:
+def alibi_slopes(heads: int) -> torch.Tensor:
     """ALiBi slopes (arXiv 2108.12409): 2^(-8h/H) for h = 1..H when H is a power of two; otherwise the
     reference rule: the slopes of the largest power of two below H, then every other slope of twice that."""
     def power_of_two(n):
         return [2 ** (-8 * h / n) for h in range(1, n + 1)]
 
-    if math.log2(n_head).is_integer():
-        return torch.tensor(power_of_two(n_head))
-    closest = 2 ** math.floor(math.log2(n_head))
-    return torch.tensor(power_of_two(closest) + power_of_two(2 * closest)[0::2][: n_head - closest])
+    if math.log2(heads).is_integer():
+        return torch.tensor(power_of_two(heads))
+    closest = 2 ** math.floor(math.log2(heads))
+    return torch.tensor(power_of_two(closest) + power_of_two(2 * closest)[0::2][: heads - closest])
 
 
 class ALiBi(PositionalEncoding):
-    """A linear penalty on the logits: head h adds -m_h * (i - j) for query position i, key position j."""
+    """A linear penalty on the logits: head h adds -m_h * (i - j) for query position i, key position j.
+    Standalone with: PositionalEncoding, distances, alibi_slopes."""
 
     acts_on = "logits"
 
-    @classmethod
-    def build(cls, config):
-        return cls(config.n_head)
-
-    def __init__(self, n_head: int):
+    def __init__(self, heads: int):
         super().__init__()
-        self.register_buffer("slopes", alibi_slopes(n_head), persistent=False)
+        self.register_buffer("slopes", alibi_slopes(heads), persistent=False)
 
     def bias(self, q_positions, k_positions):
         return -self.slopes[:, None, None] * distances(q_positions, k_positions)[:, None]  # (B|1, H, Tq, Tk)
@@ -447,18 +435,15 @@ class T5Bias(PositionalEncoding):
                   = min(B - 1, B/2 + floor(ln(2d / B) / ln(2 max_distance / B) * B/2))  otherwise
     Worked example, B 32, max_distance 128: d 15 -> 15, 16 -> 16, 20 -> 17, 32 -> 21, 64 -> 26, 127 -> 31,
     1000 -> 31. The table starts at zero: an untrained model attends as NoPE does.
+    Standalone with: PositionalEncoding, distances.
     """
 
     acts_on = "logits"
 
-    @classmethod
-    def build(cls, config):
-        return cls(config.n_head)
-
-    def __init__(self, n_head: int, buckets: int = 32, max_distance: int = 128):
+    def __init__(self, heads: int, buckets: int = 32, max_distance: int = 128):
         super().__init__()
         self.buckets, self.max_distance = buckets, max_distance
-        self.table = nn.Parameter(torch.zeros(buckets, n_head))
+        self.table = nn.Parameter(torch.zeros(buckets, heads))
 
     def bucket(self, distance: torch.Tensor) -> torch.Tensor:
         exact = self.buckets // 2
@@ -476,18 +461,20 @@ class KerpleLog(PositionalEncoding):
 
     Like ALiBi a penalty that grows with the distance (ALiBi is its limit r2 -> 0 with r1 r2 = m), but only
     logarithmically, so far keys stay reachable; both rates are learned. As in the paper's code, r1 and r2
-    start uniform in (0, 2) and (0, 1) and are held at >= 0.01 where they are used.
+    start uniform in (0, 2) and (0, 1) and never act below 0.01. How the floor is kept differs from that code,
+    which clamps the stored values in place before each forward, so a rate pushed under 0.01 is reset to it and
+    keeps learning. Here the clamp is inside the forward: a rate under 0.01 acts as 0.01 but gets no gradient,
+    so only the optimizer's leftover momentum moves it. The forward stays a pure function of the weights (no in-place
+    edit of a parameter inside it, which torch.compile and FSDP would have to special-case), and
+    results/encodings.md was trained this way.
+    Standalone with: PositionalEncoding, distances.
     """
 
     acts_on = "logits"
 
-    @classmethod
-    def build(cls, config):
-        return cls(config.n_head)
-
-    def __init__(self, n_head: int, floor: float = 1e-2):
+    def __init__(self, heads: int, floor: float = 1e-2):
         super().__init__()
-        self.r1, self.r2, self.floor = nn.Parameter(2 * torch.rand(n_head)), nn.Parameter(torch.rand(n_head)), floor
+        self.r1, self.r2, self.floor = nn.Parameter(2 * torch.rand(heads)), nn.Parameter(torch.rand(heads)), floor
 
     def bias(self, q_positions, k_positions):
         distance = distances(q_positions, k_positions).clamp(min=0)[:, None]  # (B|1, 1, Tq, Tk)
@@ -505,18 +492,15 @@ class FIRE(PositionalEncoding):
     paper's code; that code starts L at 512, here it starts at the training length when the config has one,
     so that the normalisation is in play at this scale. Dividing by psi(i) makes FIRE depend on the absolute
     query position: unlike the other biases it is not shift-invariant, by design (normalise=False makes it so).
+    Standalone with: PositionalEncoding, distances.
     """
 
     acts_on = "logits"
 
-    @classmethod
-    def build(cls, config):
-        return cls(config.n_head, threshold=float(config.original_max_len or 512))
-
-    def __init__(self, n_head: int, width: int = 32, c: float = 0.1, threshold: float = 512.0,
+    def __init__(self, heads: int, width: int = 32, c: float = 0.1, threshold: float = 512.0,
                  normalise: bool = True):
         super().__init__()
-        self.mlp = nn.Sequential(nn.Linear(1, width), nn.ReLU(), nn.Linear(width, n_head))
+        self.mlp = nn.Sequential(nn.Linear(1, width), nn.ReLU(), nn.Linear(width, heads))
         self.c, self.threshold_scale = nn.Parameter(torch.tensor(c)), nn.Parameter(torch.tensor(1.0))
         self.register_buffer("threshold", torch.tensor(threshold), persistent=False)
         self.normalise = normalise
@@ -534,9 +518,27 @@ class FIRE(PositionalEncoding):
                          dim=1).movedim(-1, -3)  # (B|1, Tq, Tk, H) -> (B|1, H, Tq, Tk)
 
 
-# name -> encoding class; GPT builds one with ENCODINGS[config.encoding].build(config)
+# name -> encoding class (the command line's --encoding); make_encoding builds one for a GPTConfig
 ENCODINGS = {"nope": NoPE, "learned": LearnedAbsolute, "sinusoidal": Sinusoidal, "rope": Rotary, "xpos": XPos,
              "alibi": ALiBi, "t5": T5Bias, "kerple": KerpleLog, "fire": FIRE}
+
+
+def make_encoding(config: "GPTConfig") -> PositionalEncoding:
+    """The one place a GPTConfig becomes an encoding: each class itself takes plain numbers, so that it can be
+    copied into a project that has no GPTConfig."""
+    head_dim = config.dim // config.heads
+    return {
+        "nope": lambda: NoPE(),
+        "learned": lambda: LearnedAbsolute(config.max_len, config.dim),
+        "sinusoidal": lambda: Sinusoidal(config.dim),
+        "rope": lambda: Rotary(head_dim, config.rope_base, config.scaling, config.factor, config.original_len),
+        "xpos": lambda: XPos(head_dim, config.rope_base),
+        "alibi": lambda: ALiBi(config.heads),
+        "t5": lambda: T5Bias(config.heads),
+        "kerple": lambda: KerpleLog(config.heads),
+        # FIRE's threshold L starts at the training length (see FIRE); the paper's code starts it at 512
+        "fire": lambda: FIRE(config.heads, threshold=float(config.original_len or 512)),
+    }[config.encoding]()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -618,15 +620,15 @@ def linear_attention(q, k, v, normalised: bool = False, query_block: int = 1024)
 @dataclass
 class GPTConfig:
     vocab_size: int
-    n_layer: int = 2
-    n_head: int = 2
-    d_model: int = 64
-    mlp: bool = True                       # False: attention-only blocks
+    layers: int = 2
+    heads: int = 2
+    dim: int = 64
+    no_mlp: bool = False                   # attention-only blocks
     encoding: str = "rope"                 # one of ENCODINGS
     rope_base: float = 10000.0
-    scaling: str = "none"                  # a key of SCHEDULES (RoPE only)
+    scaling: str = "none"                  # a key of SCALINGS (RoPE only)
     factor: float = 1.0                    # the scaling factor s
-    original_max_len: int | None = None    # the length L the schedule stretches (YaRN, dynamic NTK)
+    original_len: int | None = None    # the length L the scaling stretches (YaRN, dynamic NTK)
     attention: str = "softmax"             # "softmax" | "linear"
     linear_normalised: bool = False        # linear attention: divide by the sum of (positive) scores
     max_len: int = 1024                    # rows of a learned table: the longest position ever evaluated
@@ -634,22 +636,22 @@ class GPTConfig:
     query_block: int = 1024                # at most this many queries per attention block
 
     def __post_init__(self):
-        choose = {"encoding": ENCODINGS, "scaling": tuple(SCHEDULES), "attention": ("softmax", "linear")}
+        choose = {"encoding": ENCODINGS, "scaling": tuple(SCALINGS), "attention": ("softmax", "linear")}
         for field, options in choose.items():
             if getattr(self, field) not in options:
                 raise ValueError(f"unknown {field} '{getattr(self, field)}'; choose from {', '.join(options)}")
-        if min(self.n_layer, self.n_head, self.d_model, self.max_len, self.query_block) < 1:
-            raise ValueError("n_layer, n_head, d_model, max_len and query_block must all be >= 1")
-        if self.encoding == "sinusoidal" and self.d_model % 2:
-            raise ValueError(f"sinusoidal encodings pair sin and cos: d_model {self.d_model} must be even")
-        if self.d_model % self.n_head:
-            raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
+        if min(self.layers, self.heads, self.dim, self.max_len, self.query_block) < 1:
+            raise ValueError("layers, heads, dim, max_len and query_block must all be >= 1")
+        if self.encoding == "sinusoidal" and self.dim % 2:
+            raise ValueError(f"sinusoidal encodings pair sin and cos: dim {self.dim} must be even")
+        if self.dim % self.heads:
+            raise ValueError(f"dim {self.dim} is not divisible by heads {self.heads}")
         if self.factor < 1:
             raise ValueError(f"scaling factor must be >= 1, got {self.factor}")
         if self.scaling != "none" and self.encoding != "rope":
             raise ValueError(f"scaling '{self.scaling}' rescales rotary frequencies; it needs encoding 'rope'")
-        if self.encoding in ("rope", "xpos") and (self.d_model // self.n_head) % 2:
-            raise ValueError(f"{self.encoding} rotates pairs: head dim {self.d_model // self.n_head} must be even")
+        if self.encoding in ("rope", "xpos") and (self.dim // self.heads) % 2:
+            raise ValueError(f"{self.encoding} rotates pairs: head dim {self.dim // self.heads} must be even")
         if self.attention == "linear" and ENCODINGS[self.encoding].acts_on == "logits":
             raise ValueError(f"{self.encoding} adds a bias inside softmax; with linear attention it would add a "
                              "score of its own instead of reweighting the keys")
@@ -661,14 +663,14 @@ class GPTConfig:
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.config, self.n_head = config, config.n_head
-        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
-        self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.config, self.heads = config, config.heads
+        self.qkv = nn.Linear(config.dim, 3 * config.dim, bias=False)
+        self.proj = nn.Linear(config.dim, config.dim, bias=False)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, rope=None, bias_fn=None, positions=None, return_attention=False):
         B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
         if rope is not None:  # (cos, sin) for both, or xPos's (cos_q, sin_q, cos_k, sin_k)
             q, k = apply_rotary(q, *rope[:2]), apply_rotary(k, *rope[-2:])
         cfg, analysis = self.config, None
@@ -688,12 +690,12 @@ class Block(nn.Module):
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.ln1, self.attn = nn.LayerNorm(config.d_model), CausalSelfAttention(config)
+        self.ln1, self.attn = nn.LayerNorm(config.dim), CausalSelfAttention(config)
         self.mlp = None
-        if config.mlp:
-            self.ln2 = nn.LayerNorm(config.d_model)
-            self.mlp = nn.Sequential(nn.Linear(config.d_model, 4 * config.d_model), nn.GELU(),
-                                     nn.Linear(4 * config.d_model, config.d_model), nn.Dropout(config.dropout))
+        if not config.no_mlp:
+            self.ln2 = nn.LayerNorm(config.dim)
+            self.mlp = nn.Sequential(nn.Linear(config.dim, 4 * config.dim), nn.GELU(),
+                                     nn.Linear(4 * config.dim, config.dim), nn.Dropout(config.dropout))
 
     def forward(self, x, rope=None, bias_fn=None, positions=None, return_attention=False):
         y, analysis = self.attn(self.ln1(x), rope, bias_fn, positions, return_attention)
@@ -714,12 +716,12 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
-        self.tok = nn.Embedding(config.vocab_size, config.d_model)
-        self.pos = ENCODINGS[config.encoding].build(config)
+        self.tok = nn.Embedding(config.vocab_size, config.dim)
+        self.pos = make_encoding(config)
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
-        self.ln_f = nn.LayerNorm(config.d_model)
-        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.layers))
+        self.ln_f = nn.LayerNorm(config.dim)
+        self.head = nn.Linear(config.dim, config.vocab_size, bias=False)
         for name, p in self.named_parameters():  # an encoding initialises its own parameters
             if p.dim() == 2 and not name.startswith("pos."):
                 nn.init.normal_(p, std=0.02)
@@ -751,9 +753,9 @@ class GPT(nn.Module):
 
 def patch_hf_rope(model: nn.Module, inv_freq: torch.Tensor, attention_scale: float) -> int:
     """Point every rotary module of a Hugging Face Llama-family model (Llama, Qwen2, Mistral, SmolLM...) at a
-    lengen schedule. Returns how many modules were patched.
+    lengen scaling. Returns how many modules were patched.
 
-        inv_freq, scale = lengen.yarn_frequencies(64, 1e5, factor=4, original_max_len=8192)
+        inv_freq, scale = lengen.yarn_frequencies(64, 1e5, factor=4, original_len=8192)
         lengen.patch_hf_rope(model, inv_freq, scale)
         model(input_ids, position_ids=lengen.randomized_positions(1, n, 32768))
 
@@ -766,7 +768,7 @@ def patch_hf_rope(model: nn.Module, inv_freq: torch.Tensor, attention_scale: flo
         if not isinstance(getattr(module, "inv_freq", None), torch.Tensor):
             continue
         if module.inv_freq.shape != inv_freq.shape:
-            raise ValueError(f"{type(module).__name__} has {module.inv_freq.numel()} frequencies, the schedule "
+            raise ValueError(f"{type(module).__name__} has {module.inv_freq.numel()} frequencies, the scaling "
                              f"{inv_freq.numel()}: build it with the model's head dim")
         new = inv_freq.to(device=module.inv_freq.device, dtype=torch.float32)
         module.inv_freq = new.clone()

@@ -8,6 +8,8 @@
 - Ctrl-C and SIGTERM (what a cluster scheduler sends before it preempts a job) finish the step in flight
   (signals_deferred), so a checkpoint is always a step boundary and --resume continues bit for bit.
 - config.json and checkpoint.pt are checked to hold what a run holds before anything reads them.
+- What a small-GPT run (train.py) and an LLM fine-tune (finetune.py) share besides the folder: the checks of
+  the settings both take, the thread count, the learning-rate schedule.
 
 Bad input anywhere in lengen is a UsageError: one line on stderr and exit status 2, never a traceback.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import shutil
 import signal
@@ -237,3 +240,55 @@ def resume_config(args, given: dict) -> dict:
     cfg["threads"] = args.threads or cfg["threads"]
     cfg["train_len"], cfg["curriculum"] = tuple(cfg["train_len"]), cfg["curriculum"] and tuple(cfg["curriculum"])
     return cfg
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What both trainers share: checked settings, threads, the learning-rate schedule
+# ---------------------------------------------------------------------------------------------------------
+
+
+def refuse_unused(args, parser, flags, why) -> None:
+    """Options the run would ignore are refused, not silently dropped: why(flag) says what they are for."""
+    for flag in sorted(flags):
+        if getattr(args, flag) != parser.get_default(flag):
+            raise UsageError(f"--{flag.replace('_', '-')} {why(flag)}")
+
+
+def check_runtime(args) -> None:
+    """Settings every run shares: optimiser numbers, the seed, threads, device."""
+    if args.lr <= 0 or args.wd < 0 or args.warmup < 0:
+        raise UsageError("--lr must be > 0, --wd and --warmup >= 0")
+    if not -2 ** 63 <= args.seed < 2 ** 63:  # torch seeds are 64-bit
+        raise UsageError(f"--seed must fit in a signed 64-bit integer, got {args.seed}")
+    check_machine(args.device, args.threads)
+
+
+def check_machine(device: str, threads: int | None) -> None:
+    """--device and --threads, for train.py and eval.py."""
+    if threads is not None and threads < 1:
+        raise UsageError("--threads must be >= 1")
+    try:
+        where = torch.device(device)
+    except RuntimeError:
+        raise UsageError(f"unknown --device '{device}' (cpu, cuda, cuda:1, mps)") from None
+    count = {"cpu": 1, "cuda": torch.cuda.device_count(), "mps": int(torch.backends.mps.is_available())}
+    if (where.index or 0) >= count.get(where.type, 0):
+        raise UsageError(f"--device {device}, but this machine has no such device")
+
+
+def use_threads(cfg: dict) -> None:
+    if cfg["threads"]:
+        torch.set_num_threads(cfg["threads"])
+
+
+def learning_rate(step: int, cfg: dict) -> float:
+    """Linear warm-up, then cosine decay to a tenth."""
+    if step < cfg["warmup"]:
+        return cfg["lr"] * (step + 1) / cfg["warmup"]
+    t = (step - cfg["warmup"]) / max(1, cfg["steps"] - cfg["warmup"])
+    return cfg["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, step: int, cfg: dict) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(step, cfg)

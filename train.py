@@ -1,27 +1,24 @@
-"""Train one small GPT on one task and measure it beyond its training length (train), or fine-tune a Hugging
-Face causal LM on short text-task samples with one of Paper R's methods (train_llm, with --llm).
+"""Train one small GPT on one task and measure it beyond its training length; the command line of both trainers
+(`--llm` hands a Hugging Face causal LM over to finetune.py, with the same flags).
 
     python train.py --task retrieval --offset 3 --encoding rope --train-len 8:24 --steps 2000
     python train.py --task copy --encoding rope --scaling yarn --factor 8 --original-len 32 \\
                     --positions randomized --curriculum 32:256 --init runs/copy-pretrained
-    python train.py --llm smollm2 --method ryarn --train-len 512 --steps 100     # hf.py does the HF side
-    torchrun --nproc_per_node 4 train.py --llm DIR --method ryarn --fsdp        # dist.py: DDP or FSDP2
+    python train.py --llm smollm2 --method ryarn --train-len 512 --steps 100     # finetune.py
 
-A small-GPT run lives in runs/NAME/: config.json (every setting), checkpoint.pt (written to a temporary file,
-flushed to the disk, then renamed, so a kill never leaves half a checkpoint), log.jsonl (one line per logged
-step) and final.json (the accuracy table printed at the end). `--resume` continues a run from its checkpoint and
-ends with the same numbers as an uninterrupted run. Ctrl-C or SIGTERM (a scheduler preempting the job) finishes
-the current step, saves a checkpoint and stops. An LLM run writes config.json, log.jsonl and model/
-(save_pretrained, with its rope settings); both kinds share one skeleton: threads, the run folder, config.json,
-the log, the learning-rate schedule. A new run of either kind is built in a hidden folder beside runs/NAME and
-swapped in once it is whole (a small GPT's step-0 checkpoint, an LLM's saved model), so that a run which fails
-takes nothing with it; a lock turns away a second train.py on the same run (runs.py holds that machinery).
+A small-GPT run lives in runs/NAME/: config.json (every setting; its keys are GPTConfig's fields and the
+command line's flags, one name each), checkpoint.pt (written to a temporary file, flushed to the disk, then
+renamed, so a kill never leaves half a checkpoint), log.jsonl (one line per logged step) and final.json (the
+accuracy table printed at the end). `--resume` continues a run from its checkpoint and ends with the same
+numbers as an uninterrupted run. Ctrl-C or SIGTERM (a scheduler preempting the job) finishes the current step,
+saves a checkpoint and stops. A new run is built in a hidden folder beside runs/NAME and swapped in once its
+step-0 checkpoint is written, so that a run which fails takes nothing with it; a lock turns away a second
+train.py on the same run (runs.py holds that machinery, and what both trainers share).
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib.util
+import dataclasses
 import json
 import math
 import os
@@ -34,12 +31,13 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import dist
+import finetune
 import lengen
 import tasks
 import text_tasks
-from runs import (Interrupted, UsageError, beside, closed_stdout, hold, load_checkpoint, open_log,
-                  prepare_run_dir, read_config, resume_config, save_atomic, signals_deferred, swap_in,
-                  write_config)
+from runs import (Interrupted, UsageError, check_runtime, closed_stdout, hold, learning_rate, load_checkpoint,
+                  open_log, prepare_run_dir, read_config, refuse_unused, resume_config, save_atomic,
+                  set_learning_rate, signals_deferred, swap_in, use_threads, write_config)
 
 
 class Parser(argparse.ArgumentParser):
@@ -105,18 +103,17 @@ TASK_FLAGS = {"symbols": int, "offset": int, "m": int, "keys": int, "values": in
               "delays": int_set, "selective_delays": int_set}
 
 
-# Paper R's methods on an LLM: (YaRN schedule, randomized positions). Evaluation uses contiguous positions.
-LLM_METHODS = {"ft": (False, False), "yarn": (True, False), "rpe": (False, True), "ryarn": (True, True)}
+# Defaults of a small GPT trained from scratch; an LLM fine-tune has its own (finetune.DEFAULTS).
+DEFAULTS = {"train_len": (8, 24), "steps": 1000, "lr": 1e-3, "warmup": 100, "batch": 32, "factor": 1.0}
 
-# Defaults that differ between a small GPT trained from scratch and an LLM being fine-tuned.
-DEFAULTS = {"small": {"train_len": (8, 24), "steps": 1000, "lr": 1e-3, "warmup": 100, "batch": 32, "factor": 1.0},
-            "llm": {"train_len": (512, 512), "steps": 100, "lr": 2e-5, "warmup": 10, "batch": 1}}
-# YaRN's factor s when an LLM run uses YaRN (yarn, ryarn) and --factor is not given: 4, Qwen2.5's usual
-# long-context setting (Paper R does not report its s). s = 1 would be YaRN doing nothing, so it is refused.
-LLM_YARN_FACTOR = 4.0
-# Randomized positions on an LLM: the range tops out at this multiple of the training sample length, and
-# widens in Paper R's stages (its one reported schedule, 8K -> 10K -> 12K -> 16K -> 16K for data under 8K).
-LLM_RANGE, LLM_RANGE_SHAPE = 2.0, "paper-r"
+
+def both(key: str, show=str) -> str:
+    """'default 1000; --llm: 100': a default for the help text, read from the two tables it describes."""
+    return f"default {show(DEFAULTS[key])}; --llm: {show(finetune.DEFAULTS[key])}"
+
+
+def span(pair) -> str:
+    return f"{pair[0]}" if pair[0] == pair[1] else f"{pair[0]}:{pair[1]}"
 
 
 def build_parser() -> Parser:
@@ -124,7 +121,7 @@ def build_parser() -> Parser:
     p.add_argument("--task", default=None, choices=sorted(tasks.TASKS) + sorted(text_tasks.TEXT_TASKS),
                    help="default: retrieval (small GPT), babilong (--llm)")
     p.add_argument("--train-len", type=int_range, default=None, metavar="N|LOW:HIGH",
-                   help="sequence length, or a range drawn from per batch (default 8:24; --llm: 512)")
+                   help=f"sequence length, or a range drawn from per batch ({both('train_len', span)})")
     for flag, kind in TASK_FLAGS.items():
         p.add_argument("--" + flag.replace("_", "-"), type=kind, default=None, help="task option")
     model = p.add_argument_group("model")
@@ -136,11 +133,12 @@ def build_parser() -> Parser:
     model.add_argument("--attention", default="softmax", choices=("softmax", "linear"))
     model.add_argument("--linear-normalised", action="store_true")
     model.add_argument("--rope-base", type=finite, default=10000.0)
-    model.add_argument("--scaling", default="none", choices=tuple(lengen.SCHEDULES))
+    model.add_argument("--scaling", default="none", choices=tuple(lengen.SCALINGS))
     model.add_argument("--factor", type=finite, default=None,
-                       help="rotary scaling factor s (>= 1; default 1; --llm yarn/ryarn: 4, and s = 1 is refused)")
+                       help=f"rotary scaling factor s (>= 1; default {DEFAULTS['factor']:g}; --llm yarn/ryarn: "
+                            f"{finetune.YARN_FACTOR:g}, and s = 1 is refused)")
     model.add_argument("--original-len", type=int, default=None,
-                       help="the length L a schedule stretches (default: the longest training length)")
+                       help="the length L a scaling stretches (default: the longest training length)")
     model.add_argument("--max-len", type=int, default=None,
                        help="rows of a learned position table (default: 8x the longest training length)")
     pos = p.add_argument_group("positions")
@@ -150,13 +148,13 @@ def build_parser() -> Parser:
     pos.add_argument("--curriculum", type=curriculum_spec, default=None, metavar="START:END[:SHAPE]",
                      help="widen the position range from START to END over training")
     opt = p.add_argument_group("optimisation")
-    opt.add_argument("--steps", type=int, default=None, help="default 1000 (--llm: 40)")
+    opt.add_argument("--steps", type=int, default=None, help=both("steps"))
     opt.add_argument("--batch", type=int, default=None,
-                     help="sequences per step (default 32; --llm: samples per process and backward, default 1, "
-                          "each its own forward)")
-    opt.add_argument("--lr", type=finite, default=None, help="peak learning rate (default 1e-3; --llm: 2e-5)")
+                     help=f"sequences per step (default {DEFAULTS['batch']}; --llm: samples per process and backward, "
+                          f"default {finetune.DEFAULTS['batch']}, each its own forward)")
+    opt.add_argument("--lr", type=finite, default=None, help=f"peak learning rate ({both('lr', '{:g}'.format)})")
     opt.add_argument("--wd", type=finite, default=0.0, help="AdamW weight decay on 2-D weights")
-    opt.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 100; --llm: 4)")
+    opt.add_argument("--warmup", type=int, default=None, help=f"warm-up steps ({both('warmup')})")
     opt.add_argument("--seed", type=int, default=0)
     run = p.add_argument_group("run")
     run.add_argument("--out", default=None, help="run directory (default: runs/TASK-ENCODING-...-sSEED)")
@@ -173,26 +171,7 @@ def build_parser() -> Parser:
     run.add_argument("--eval-samples", type=int, default=256,
                      help="sequences per length in the final table (0: no final table)")
     run.add_argument("--quiet", action="store_true", help="no progress bar, no table")
-    llm = p.add_argument_group("LLM (Paper R on a Hugging Face causal LM)")
-    llm.add_argument("--llm", default=None, metavar="smollm2|DIR|FILE.gguf|HUB_ID",
-                     help="fine-tune this model instead of a small GPT")
-    llm.add_argument("--method", default=None, choices=tuple(LLM_METHODS), help="default: ryarn")
-    llm.add_argument("--range", type=float, default=None, metavar="MULT",
-                     help=f"rpe/ryarn: positions are drawn from [0, MULT x the sample length) (default {LLM_RANGE:g}, "
-                          "Paper R's proportion)")
-    llm.add_argument("--range-shape", default=None, choices=lengen.LengthCurriculum.SHAPES,
-                     help=f"rpe/ryarn: how the range widens from 1x to MULT x the sample length (default "
-                          f"{LLM_RANGE_SHAPE}: 1, 1.25, 1.5, 2, 2 x for MULT 2, in equal stages)")
-    llm.add_argument("--no-curriculum", action="store_true",
-                     help="rpe/ryarn: the ablation: draw from the whole range from the first step")
-    llm.add_argument("--lora", type=int, default=None, metavar="R", help="LoRA rank (needs peft)")
-    llm.add_argument("--bf16", action="store_true",
-                     help="bfloat16 autocast on the CPU too (always on CUDA): ~3x faster on a CPU with AVX-512 BF16")
-    llm.add_argument("--facts", type=int, default=None, help="babilong: 1, 2 or 3 supporting facts")
-    llm.add_argument("--grad-accum", type=int, default=1, metavar="K",
-                     help="backwards per optimizer step: the global batch is batch x K x processes")
-    llm.add_argument("--fsdp", action="store_true",
-                     help="under torchrun: shard parameters, gradients and optimizer state (FSDP2) instead of DDP")
+    finetune.add_arguments(p)
     return p
 
 
@@ -201,20 +180,13 @@ def build_parser() -> Parser:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def refuse_unused(args: argparse.Namespace, parser: argparse.ArgumentParser, flags, why) -> None:
-    """Options the run would ignore are refused, not silently dropped: why(flag) says what they are for."""
-    for flag in sorted(flags):
-        if getattr(args, flag) != parser.get_default(flag):
-            raise UsageError(f"--{flag.replace('_', '-')} {why(flag)}")
-
-
 def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     args.task = args.task or "retrieval"
     if args.task in text_tasks.TEXT_TASKS:
         raise UsageError(f"'{args.task}' is a text task for an LLM: add --llm smollm2 (or another model)")
-    refuse_unused(args, parser, LLM_ONLY, lambda flag: "is for --llm runs")
+    refuse_unused(args, parser, finetune.LLM_ONLY, lambda flag: "is for --llm runs")
     check_runtime(args)
-    cfg = {k: v for k, v in vars(args).items() if k not in LLM_ONLY | {"llm"}}
+    cfg = {k: v for k, v in vars(args).items() if k not in finetune.LLM_ONLY | {"llm"}}
     lo, hi = args.train_len
     given = {k: v for k, v in cfg.items() if k in TASK_FLAGS and v is not None}
     accepted = tasks.task_options(args.task)
@@ -259,28 +231,6 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     return cfg
 
 
-def check_runtime(args: argparse.Namespace) -> None:
-    """Settings every run shares: optimiser numbers, the seed, threads, device."""
-    if args.lr <= 0 or args.wd < 0 or args.warmup < 0:
-        raise UsageError("--lr must be > 0, --wd and --warmup >= 0")
-    if not -2 ** 63 <= args.seed < 2 ** 63:  # torch seeds are 64-bit
-        raise UsageError(f"--seed must fit in a signed 64-bit integer, got {args.seed}")
-    check_machine(args.device, args.threads)
-
-
-def check_machine(device: str, threads: int | None) -> None:
-    """--device and --threads, for train.py and eval.py."""
-    if threads is not None and threads < 1:
-        raise UsageError("--threads must be >= 1")
-    try:
-        where = torch.device(device)
-    except RuntimeError:
-        raise UsageError(f"unknown --device '{device}' (cpu, cuda, cuda:1, mps)") from None
-    count = {"cpu": 1, "cuda": torch.cuda.device_count(), "mps": int(torch.backends.mps.is_available())}
-    if (where.index or 0) >= count.get(where.type, 0):
-        raise UsageError(f"--device {device}, but this machine has no such device")
-
-
 def check_memory(cfg: dict, tokens: int, what: str, device: str) -> None:
     """Refuse, before any allocation, a forward over `tokens` tokens that cannot fit. The bound is low on
     purpose: int64 inputs and targets, a bool mask, and the float32 hidden state and logits that meet at the
@@ -294,11 +244,8 @@ def check_memory(cfg: dict, tokens: int, what: str, device: str) -> None:
 
 
 def model_config(cfg: dict) -> lengen.GPTConfig:
-    return lengen.GPTConfig(
-        vocab_size=cfg["vocab_size"], n_layer=cfg["layers"], n_head=cfg["heads"], d_model=cfg["dim"],
-        mlp=not cfg["no_mlp"], encoding=cfg["encoding"], rope_base=cfg["rope_base"], scaling=cfg["scaling"],
-        factor=cfg["factor"], original_max_len=cfg["original_len"], attention=cfg["attention"],
-        linear_normalised=cfg["linear_normalised"], max_len=cfg["max_len"])
+    """The model a run's config describes: GPTConfig's fields are config.json keys of the same name."""
+    return lengen.GPTConfig(**{f.name: cfg[f.name] for f in dataclasses.fields(lengen.GPTConfig) if f.name in cfg})
 
 
 def default_name(cfg: dict) -> str:
@@ -324,19 +271,6 @@ def make_optimizer(model: lengen.GPT, cfg: dict) -> torch.optim.AdamW:
         (decay if p.dim() == 2 and not name.startswith("pos.") else rest).append(p)
     return torch.optim.AdamW([{"params": decay, "weight_decay": cfg["wd"]}, {"params": rest, "weight_decay": 0.0}],
                              lr=cfg["lr"], betas=(0.9, 0.98))
-
-
-def learning_rate(step: int, cfg: dict) -> float:
-    """Linear warm-up, then cosine decay to a tenth."""
-    if step < cfg["warmup"]:
-        return cfg["lr"] * (step + 1) / cfg["warmup"]
-    t = (step - cfg["warmup"]) / max(1, cfg["steps"] - cfg["warmup"])
-    return cfg["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
-
-
-def set_learning_rate(optimizer: torch.optim.Optimizer, step: int, cfg: dict) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = learning_rate(step, cfg)
 
 
 def load_run(run_dir: str, device: str = "cpu", **overrides) -> tuple[lengen.GPT, dict]:
@@ -440,11 +374,6 @@ def final_table(model: lengen.GPT, cfg: dict) -> tuple[list[dict], str]:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def use_threads(cfg: dict) -> None:
-    if cfg["threads"]:
-        torch.set_num_threads(cfg["threads"])
-
-
 def restore(out: str, model: lengen.GPT, optimizer, data: torch.Generator, where: torch.Generator) -> int:
     """Load the run's checkpoint into the model, the optimiser and the generators; returns its step. The log
     is cut back to that step: a run killed after logging past its last checkpoint logs those steps again."""
@@ -464,11 +393,8 @@ def restore(out: str, model: lengen.GPT, optimizer, data: torch.Generator, where
     return ckpt["step"]
 
 
-def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
-    """Train from cfg (as resolve() or resume_config() made it) in cfg['out'], which the caller holds (hold).
-    on_step(step, x, positions) sees every batch fed to the model."""
-    use_threads(cfg)
-    out = cfg["out"]
+def initial_model(cfg: dict) -> lengen.GPT:
+    """The model before its first step: initialised from the seed, or with another run's weights (--init)."""
     torch.manual_seed(cfg["seed"])  # model init and dropout
     model = lengen.GPT(model_config(cfg)).to(cfg["device"])
     if cfg["init"]:
@@ -478,6 +404,30 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
         except RuntimeError as e:
             raise UsageError(f"--init {cfg['init']}: weights do not fit this model ({str(e).splitlines()[0]})") \
                 from None
+    return model
+
+
+def draw_batch(cfg: dict, step: int, data: torch.Generator, where: torch.Generator):
+    """Step `step`'s batch (x, y, mask) at a length drawn from --train-len, and its position ids (None:
+    contiguous); with a curriculum, they come from a range that widens with the step."""
+    lo, hi = cfg["train_len"]
+    length = int(torch.randint(lo, hi + 1, (1,), generator=data))
+    x, y, mask = tasks.make_batch(cfg["task"], cfg["batch"], length, data, **cfg["task_options"])
+    if cfg["positions"] == "contiguous":
+        return x, y, mask, None
+    top = cfg["max_position"]
+    if cfg["curriculum"]:
+        start, end, shape = cfg["curriculum"]
+        top = lengen.LengthCurriculum(start, end, cfg["steps"], shape)(step)
+    return x, y, mask, lengen.POSITION_SAMPLERS[cfg["positions"]](cfg["batch"], length, top, where)
+
+
+def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
+    """Train from cfg (as resolve() or resume_config() made it) in cfg['out'], which the caller holds (hold).
+    on_step(step, x, positions) sees every batch fed to the model."""
+    use_threads(cfg)
+    out = cfg["out"]
+    model = initial_model(cfg)
     optimizer = make_optimizer(model, cfg)
     data = torch.Generator().manual_seed(cfg["seed"] + 1)   # lengths and batches
     where = torch.Generator().manual_seed(cfg["seed"] + 2)  # position ids
@@ -487,10 +437,6 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
                  "data_rng": data.get_state(), "position_rng": where.get_state(), "torch_rng": torch.get_rng_state()}
         save_atomic(os.path.join(folder, "checkpoint.pt"), lambda f: torch.save(state, f))
 
-    sampler = lengen.POSITION_SAMPLERS[cfg["positions"]]
-    curriculum = lengen.LengthCurriculum(*cfg["curriculum"][:2], cfg["steps"], cfg["curriculum"][2]) \
-        if cfg["curriculum"] else None
-    lo, hi = cfg["train_len"]
     if cfg["resume"]:
         step = restore(out, model, optimizer, data, where)
     else:
@@ -510,12 +456,7 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
         forward = torch.compile(model) if cfg.get("compile") else model  # same parameters, fused kernels
         tick, tokens = time.perf_counter(), 0
         while step < cfg["steps"]:
-            length = int(torch.randint(lo, hi + 1, (1,), generator=data))
-            x, y, mask = tasks.make_batch(cfg["task"], cfg["batch"], length, data, **cfg["task_options"])
-            positions = None
-            if cfg["positions"] != "contiguous":
-                top = curriculum(step) if curriculum else cfg["max_position"]
-                positions = sampler(cfg["batch"], length, top, where)
+            x, y, mask, positions = draw_batch(cfg, step, data, where)
             if on_step:
                 on_step(step, x, positions)
             x, y, mask = x.to(cfg["device"]), y.to(cfg["device"]), mask.to(cfg["device"])
@@ -544,167 +485,6 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
     return model, cfg
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Fine-tuning a Hugging Face causal LM (Paper R); hf.py loads it and puts the schedule in
-# ---------------------------------------------------------------------------------------------------------
-
-# The options only an LLM run reads; and those both kinds read. --llm refuses every other one rather than
-# ignore it, and a small-GPT run refuses these.
-LLM_ONLY = {"method", "no_curriculum", "range", "range_shape", "lora", "facts", "bf16", "grad_accum", "fsdp"}
-LLM_FLAGS = LLM_ONLY | {"llm", "task", "train_len", "steps", "batch", "lr", "wd", "warmup", "seed", "factor", "out",
-                        "force", "resume", "device", "threads", "quiet"}
-
-
-def resolve_llm(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
-    check_runtime(args)
-    refuse_unused(args, parser, set(vars(args)) - LLM_FLAGS, lambda flag: "is for small-GPT runs, not --llm" + (
-        ", --method chooses the schedule and positions" if flag in ("positions", "curriculum", "scaling", "encoding",
-                                                                    "max_position") else ""))
-    cfg = dict(vars(args))
-    cfg["method"] = args.method or "ryarn"
-    yarn, randomized = LLM_METHODS[cfg["method"]]
-    if not yarn and args.factor is not None:
-        raise UsageError(f"--factor is YaRN's: --method {cfg['method']} uses none (yarn and ryarn do)")
-    if not randomized:
-        refuse_unused(args, parser, ("range", "range_shape", "no_curriculum"),
-                      lambda flag: f"is for randomized positions: --method {cfg['method']} uses contiguous ones")
-    if yarn and args.factor is not None and args.factor <= 1:
-        raise UsageError(f"--factor {args.factor:g}: YaRN with s <= 1 is plain RoPE; give s > 1 "
-                         f"(default {LLM_YARN_FACTOR:g})")
-    cfg["factor"] = (args.factor or LLM_YARN_FACTOR) if yarn else 1.0
-    cfg["range"] = args.range if args.range is not None else LLM_RANGE
-    cfg["range_shape"] = args.range_shape or LLM_RANGE_SHAPE
-    if not cfg["range"] >= 1:
-        raise UsageError(f"--range {cfg['range']:g}: the range must hold the sample (>= 1 x its length)")
-    cfg["task"] = args.task or "babilong"
-    if cfg["task"] not in text_tasks.TEXT_TASKS:
-        raise UsageError(f"--llm trains on a text task ({', '.join(text_tasks.TEXT_TASKS)}), not '{cfg['task']}'")
-    options = {"facts": args.facts} if args.facts is not None else {}
-    text_tasks.make_text_sample(cfg["task"], 10 ** 6, 0, len, **options)  # unknown options fail here
-    cfg["task_options"] = options
-    if args.train_len[0] != args.train_len[1]:
-        raise UsageError("--llm takes one --train-len N (tokens per training sample)")
-    for flag in ("steps", "batch", "grad_accum"):
-        if getattr(args, flag) < 1:
-            raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
-    if args.lora is not None and importlib.util.find_spec("peft") is None:
-        raise UsageError("--lora needs peft: pip install peft")
-    if args.fsdp and not dist.launched():
-        raise UsageError("--fsdp shards the model over several processes: start them with torchrun "
-                         "--nproc_per_node N train.py ...")
-    if args.fsdp and not hasattr(importlib.import_module("torch.distributed.fsdp"), "fully_shard"):
-        raise UsageError(f"--fsdp needs FSDP2 (torch.distributed.fsdp.fully_shard): torch >= 2.6, not {torch.__version__}")
-    if args.fsdp and args.lora:
-        raise UsageError("--fsdp is for full fine-tuning; LoRA trains a few weights beside a frozen model: "
-                         "leave --fsdp out (DDP)")
-    cfg["out"] = args.out or os.path.join("runs", f"llm-{cfg['method']}-s{args.seed}")
-    return cfg
-
-
-def train_llm(cfg: dict, on_step=None):
-    """Fine-tune a Hugging Face causal LM on short text-task samples with one of Paper R's methods; the loss
-    is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in cfg['out'].
-    Under a launcher (torchrun) every process runs this; rank 0 alone writes (dist.py says how it spreads)."""
-    import hf  # imports transformers: only here, on the LLM path
-    use_threads(cfg)
-    device = dist.start(cfg["device"])
-    lead = dist.rank() == 0
-    model, tokenizer = hf.load_llm(cfg["llm"], device)
-    if not hf.rotary_modules(model):
-        raise UsageError(f"{type(model).__name__} has no rotary embedding with inv_freq: lengen cannot patch it")
-    head_dim, base, original = hf.rope_geometry(model)
-    n = cfg["train_len"][1]
-    if n > original:
-        raise UsageError(f"--train-len {n} is beyond the model's context of {original} tokens")
-    try:  # the sample length holds the task's question and facts
-        hf.text_sample(tokenizer, cfg["task"], n, 0, cfg["task_options"])
-    except ValueError as e:
-        raise UsageError(f"--train-len {n}: {e}") from None
-    out = prepare_run_dir(cfg) if lead else None  # only now, when everything has been checked, is anything written
-    yarn, randomized = LLM_METHODS[cfg["method"]]
-    B, K, W = cfg["batch"], cfg["grad_accum"], dist.world()
-    cfg.update(scaling="yarn" if yarn else "none", original_len=original, processes=W, global_batch=B * K * W)
-    hf.apply_llm_rope(model, cfg["scaling"], cfg["factor"])
-    # Randomized positions: n sorted distinct ids from [0, M) for an n-token sample. M is a multiple of the
-    # sample length: it widens from 1x to range x (Paper R's stages by default), or is range x from the first
-    # step with --no-curriculum. Every process computes the same M from the step.
-    top = int(round(cfg["range"] * n))
-    curriculum = lengen.LengthCurriculum(n, top, cfg["steps"], cfg["range_shape"]) if not cfg["no_curriculum"] \
-        else None
-    cuda = torch.device(device).type == "cuda"
-    if cuda:
-        hf.checkpoint_activations(model)
-    torch.manual_seed(cfg["seed"])  # LoRA's initial weights, dropout
-    if cfg["lora"]:
-        import peft
-        model = peft.get_peft_model(model, peft.LoraConfig(r=cfg["lora"], lora_alpha=2 * cfg["lora"],
-                                                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
-    model = dist.wrap(model, cfg["fsdp"], device)
-    params = [p for p in model.parameters() if p.requires_grad]  # under FSDP2, this process's shards
-    optimizer = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["wd"])
-    where = torch.Generator().manual_seed(cfg["seed"] + 2)
-    if lead:
-        write_config(out, cfg)
-    log = open_log(out, fresh=True) if lead else None
-    bar = tqdm(range(cfg["steps"]), disable=cfg["quiet"] or not lead, desc=os.path.basename(cfg["out"]))
-    model.train()
-    tick, tokens = time.perf_counter(), 0
-    for step in bar:
-        set_learning_rate(optimizer, step, cfg)
-        optimizer.zero_grad(set_to_none=True)
-        M = curriculum(step) if curriculum else top
-        losses, highest = [], 0
-        # A step takes the global batch, B x K x W samples, each its own forward (samples differ in length;
-        # nothing is padded). Process r's k-th backward takes samples j = (k W + r) B .. + B - 1. Positions
-        # are drawn from one stream in the order of j, whoever trains the sample, so that samples and
-        # positions do not depend on how the batch is split (hf.step_samples says what that costs).
-        ours = [(j // B) % W == dist.rank() for j in range(B * K * W)]
-        try:
-            samples = hf.step_samples(tokenizer, cfg, step, ours, randomized)
-        except ValueError as e:  # checked on sample 0 above, but a later sample's facts may take more tokens
-            raise UsageError(f"--train-len {n}: step {step}: {e}") from None
-        for j, sample in enumerate(samples):
-            if sample is not None:
-                T = sample[0].shape[1]
-                positions = lengen.randomized_positions(1, T, max(T, M), where) if randomized else torch.arange(T)[None]
-                samples[j] = (*sample, positions)
-        mine = [sample for sample, our in zip(samples, ours) if our]
-        for i, (ids, n_prompt, positions) in enumerate(mine):
-            if on_step:
-                on_step(step, ids, positions)
-            ids, positions = ids.to(device), positions.to(device)
-            with dist.gradient_sync(model, sync=i == len(mine) - 1):
-                with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=cuda or cfg["bf16"]):
-                    logits = hf.answer_logits(model, ids, positions, n_prompt)
-                loss = F.cross_entropy(logits[0], ids[0, n_prompt:])
-                # the mean over the global batch: the processes average their gradients, so each divides by
-                # the samples it trains
-                (loss / len(mine)).backward()
-            losses.append(loss.item())
-            highest = max(highest, int(positions.max()))
-            tokens += ids.shape[1]
-        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)  # of the global batch's gradient, before clipping
-        optimizer.step()
-        loss_sum, all_tokens = dist.total([sum(losses), tokens])
-        highest = int(dist.total([highest], "max")[0])
-        rate = all_tokens / (time.perf_counter() - tick)
-        loss, norm = loss_sum / (B * K * W), dist.local(norm).item()
-        if lead:
-            log.write(json.dumps({"step": step + 1, "loss": round(loss, 5), "range": M if randomized else None,
-                                  "max_position": highest, "grad_norm": round(norm, 6),
-                                  "tokens_per_s": round(rate)}) + "\n")
-        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}")
-    model = dist.unwrap(model)
-    if cfg["lora"]:
-        model = model.merge_and_unload()
-    state = dist.full_state(model)  # every process takes part in gathering the shards
-    if lead:
-        log.close()
-        model.save_pretrained(os.path.join(out, "model"), state_dict=state)
-        tokenizer.save_pretrained(os.path.join(out, "model"))
-    return model.eval(), tokenizer, cfg
-
-
 def given_flags(argv: list[str] | None) -> dict:
     """The options typed on the command line, with their values: a default is not among them."""
     parser, unset = build_parser(), object()
@@ -716,28 +496,11 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
     """The whole command: parse, train, print the final table; returns {"run": dir, "rows": [...]}."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    for key, value in DEFAULTS["llm" if args.llm else "small"].items():
+    for key, value in (finetune.DEFAULTS if args.llm else DEFAULTS).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.llm:
-        if args.resume:
-            raise UsageError("--resume is for small-GPT runs; an LLM run is short: start it again with --force")
-        try:
-            cfg = resolve_llm(args, parser)
-        except (ValueError, RuntimeError) as e:
-            raise UsageError(str(e)) from None
-        # Under a launcher only rank 0 holds and writes the run. A check that fails on rank 0 alone (the run
-        # is held, or exists) ends that process, and the launcher then ends the others (so nothing waits for
-        # the process group to be left: that would wait forever for the others).
-        lead = dist.launch_rank() == 0
-        with hold(cfg["out"]) if lead else contextlib.nullcontext():
-            model, tokenizer, cfg = train_llm(cfg, on_step)  # builds the run beside --out (prepare_run_dir)
-            if lead:
-                swap_in(beside(cfg["out"], "new"), cfg["out"])
-        dist.stop()
-        if lead and not cfg["quiet"]:
-            print(f"saved {cfg['out']}/model ({cfg['method']}); measure it with: python eval.py {cfg['out']}")
-        return {"run": cfg["out"], "rows": []}
+        return finetune.run(args, parser, on_step)
     if dist.launched():
         raise UsageError("torchrun spreads an LLM fine-tune (--llm) over processes; a small GPT trains in one "
                          "(many at once: python eval.py --experiment NAME --jobs N)")
@@ -783,5 +546,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":  # run as the importable module, so that hf.py and experiments/ share its classes
-    sys.exit(importlib.import_module("train").main())
+if __name__ == "__main__":
+    sys.exit(main())

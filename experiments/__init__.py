@@ -2,10 +2,15 @@
 
     retrieval.py  Paper A: why RoPE extrapolates on fixed-offset retrieval and learned absolute positions do not
     distance.py   Paper D: distance generalization on delay copy and selective copy (NoPE, RoPE, ALiBi)
+    encodings.py  every encoding on every algorithmic task, with and without randomized positions (Ruoss et al.,
+                  Kazemnejad et al., FIRE, xPos)
     ryarn.py      Paper R: Randomized YaRN on the small GPT
     llm.py        Paper R on a real LLM (SmolLM2-135M-Instruct)
     bench.py      speed and memory
 
 Each has one SCALES dict (quick, default, full) and one run(args), and reads top to bottom: the building
-blocks with their formulas, the runs, the claims with their thresholds, the writers.
+blocks with their formulas, the runs, the claims with their thresholds, the writers. What they share is in
+eval.py: spread and fmt (a statistic over seeds and how it is written), verdict, paired_gain with THRESHOLD,
+beyond (the beyond-L mean), plot_curves with line_styles (one colour per method in every panel), and
+write_results.
 """

@@ -42,7 +42,7 @@ def plain_forward(model: lengen.GPT, idx: torch.Tensor) -> torch.Tensor:
     It shares model's weights, and the bench checks it gives the same logits."""
     cfg, pos = model.config, model.pos
     B, T = idx.shape
-    H, D = cfg.n_head, cfg.d_model // cfg.n_head
+    H, D = cfg.heads, cfg.dim // cfg.heads
     positions = torch.arange(T)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     x = model.tok(idx)
@@ -82,35 +82,47 @@ def best_times(fns: dict, repeats: int) -> dict:
     return best
 
 
+def bench_model(shape: dict, **settings) -> lengen.GPT:
+    """The shape's GPT on 64 symbols, from the same initial weights every time."""
+    torch.manual_seed(0)
+    return lengen.GPT(lengen.GPTConfig(vocab_size=64, layers=shape["layers"], heads=shape["heads"], dim=shape["dim"],
+                                       original_len=shape["length"], max_len=shape["length"], **settings))
+
+
+def bench_batch(shape: dict) -> torch.Tensor:
+    """The one batch every timed step trains on: (batch, length) random symbols."""
+    return torch.randint(0, 64, (shape["batch"], shape["length"]), generator=torch.Generator().manual_seed(0))
+
+
+def training(model: lengen.GPT, forward, x: torch.Tensor, steps: int, **adamw):
+    """`steps` training steps on x as one call, to time or to profile: forward (the model itself, its plain
+    reference or a compiled one), cross-entropy against x itself (a timing loss, not a task), backward, and a
+    step of its own AdamW (lr 1e-4; adamw: foreach, fused) on model's weights."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **adamw)
+
+    def go():
+        for _ in range(steps):
+            loss = F.cross_entropy(forward(x).flatten(0, 1), x.flatten())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    return go
+
+
 def training_speed(shape: dict, steps: int, repeats: int, compile_rope: bool) -> list[dict]:
     """Tokens/s of full training steps (forward, backward, AdamW) for every variant, lengen vs plain."""
-    B, T = shape["batch"], shape["length"]
-    x = torch.randint(0, 64, (B, T), generator=torch.Generator().manual_seed(0))
-
-    def training(model, forward):
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-        def go():
-            for _ in range(steps):
-                loss = F.cross_entropy(forward(x).flatten(0, 1), x.flatten())
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-        return go
-
+    x = bench_batch(shape)
     fns = {}
     for label, settings in BENCH_VARIANTS:
-        torch.manual_seed(0)
-        model = lengen.GPT(lengen.GPTConfig(vocab_size=64, n_layer=shape["layers"], n_head=shape["heads"],
-                                            d_model=shape["dim"], original_max_len=T, max_len=T, **settings))
+        model = bench_model(shape, **settings)
         with torch.no_grad():
             assert torch.allclose(model(x), plain_forward(model, x), atol=1e-4), f"{label}: plain != lengen"
-        fns[label] = training(model, model)
-        fns[label, "plain"] = training(model, lambda i, m=model: plain_forward(m, i))
+        fns[label] = training(model, model, x, steps)
+        fns[label, "plain"] = training(model, lambda i, m=model: plain_forward(m, i), x, steps)
         if compile_rope and label == "rope":
-            fns[label, "compiled"] = training(model, torch.compile(model))
+            fns[label, "compiled"] = training(model, torch.compile(model), x, steps)
     best = best_times(fns, repeats)
-    rate = {name: B * T * steps / seconds for name, seconds in best.items()}
+    rate = {name: x.numel() * steps / seconds for name, seconds in best.items()}
     rows = []
     for label, _ in BENCH_VARIANTS:
         row = {"variant": label, "tokens_per_s": rate[label], "plain_tokens_per_s": rate[label, "plain"],
@@ -127,31 +139,20 @@ def step_options(shape: dict, steps: int, repeats: int, compile_too: bool) -> li
     the plain reference timed in the same turns: AdamW's for-loop (torch's default on the CPU), foreach and
     fused implementations, and torch.compile of the forward. Every option starts from the same weights and
     takes the same steps, so `identical` says whether it ends with bit-identical weights to the default."""
-    B, T = shape["batch"], shape["length"]
-    x = torch.randint(0, 64, (B, T), generator=torch.Generator().manual_seed(0))
-    options = {"plain reference": ({}, False), "lengen": ({}, False), "lengen, AdamW foreach": ({"foreach": True}, False),
-               "lengen, AdamW fused": ({"fused": True}, False)}
+    x = bench_batch(shape)
+    options = {"plain reference": ({}, False), "lengen": ({}, False),
+               "lengen, AdamW foreach": ({"foreach": True}, False), "lengen, AdamW fused": ({"fused": True}, False)}
     if compile_too:
         options["lengen, torch.compile"] = ({}, True)
     fns, models = {}, {}
     for label, (adamw, compiled) in options.items():
-        torch.manual_seed(0)
-        model = lengen.GPT(lengen.GPTConfig(vocab_size=64, n_layer=shape["layers"], n_head=shape["heads"],
-                                            d_model=shape["dim"], original_max_len=T, max_len=T))
+        model = bench_model(shape)
         forward = (lambda i, m=model: plain_forward(m, i)) if label == "plain reference" else \
             torch.compile(model) if compiled else model
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **adamw)
-
-        def go(forward=forward, optimizer=optimizer):
-            for _ in range(steps):
-                loss = F.cross_entropy(forward(x).flatten(0, 1), x.flatten())
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-        fns[label], models[label] = go, model
+        fns[label], models[label] = training(model, forward, x, steps, **adamw), model
     best = best_times(fns, repeats)
     default = list(models["lengen"].parameters())
-    return [{"option": label, "tokens_per_s": B * T * steps / best[label],
+    return [{"option": label, "tokens_per_s": x.numel() * steps / best[label],
              "vs_plain": best["plain reference"] / best[label],
              "identical": None if label == "plain reference" else
              all(torch.equal(p, q) for p, q in zip(models[label].parameters(), default))} for label in options]
@@ -161,18 +162,8 @@ def step_profile(shape: dict, steps: int) -> list[dict]:
     """Where the RoPE training step spends its time: torch.profiler's self CPU time per operator, the largest
     first, as a share of the whole."""
     from torch.profiler import ProfilerActivity, profile
-    B, T = shape["batch"], shape["length"]
-    x = torch.randint(0, 64, (B, T), generator=torch.Generator().manual_seed(0))
-    torch.manual_seed(0)
-    model = lengen.GPT(lengen.GPTConfig(vocab_size=64, n_layer=shape["layers"], n_head=shape["heads"],
-                                        d_model=shape["dim"], original_max_len=T, max_len=T))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-    def step():
-        loss = F.cross_entropy(model(x).flatten(0, 1), x.flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+    model = bench_model(shape)
+    step = training(model, model, bench_batch(shape), 1)
     step()  # warm-up, outside the profile
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
@@ -242,7 +233,7 @@ def _memory_probe(encoding: str, length: int, threads: int | None, result) -> No
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = lengen.GPT(lengen.GPTConfig(vocab_size=64, n_layer=2, n_head=4, d_model=128, encoding=encoding,
+    model = lengen.GPT(lengen.GPTConfig(vocab_size=64, layers=2, heads=4, dim=128, encoding=encoding,
                                         max_len=length)).eval()
     idx = torch.randint(0, 64, (1, length))
     linux = os.path.exists("/proc/self/clear_refs")  # elsewhere the peak cannot be reset: time only
@@ -327,25 +318,44 @@ SCALES = {
 }
 
 
-def run(args) -> None:
-    start = time.perf_counter()
-    setup = SCALES[scale_name(args)]
-    lengths, repeats = setup["lengths"], setup["repeats"]
-    speed = {s["name"]: training_speed(s, s["steps"], repeats, setup["compile_rope"]) for s in setup["shapes"]}
-    memory = evaluation_memory(lengths, args.threads)
-    hf_rows = hf_patch_cost(setup["hf_length"], repeats + 2, setup["smollm2"])
-    first_shape = setup["shapes"][0]
-    options = step_options(first_shape, first_shape["steps"], repeats, setup["compile_rope"])
-    profile = step_profile(first_shape, first_shape["steps"])
-    llm = llm_throughput(**setup["llm"]) if setup["llm"] else []
-    jobs = jobs_wall_time(**setup["jobs"]) if setup["jobs"] else []
-    runtime = time.perf_counter() - start
+def measure(setup: dict, threads: int | None) -> dict:
+    """Every measurement, in this order, under the names results/bench.json keeps them by."""
+    first, repeats = setup["shapes"][0], setup["repeats"]
+    return {"training": {s["name"]: training_speed(s, s["steps"], repeats, setup["compile_rope"])
+                         for s in setup["shapes"]},
+            "memory": evaluation_memory(setup["lengths"], threads),
+            "hf": hf_patch_cost(setup["hf_length"], repeats + 2, setup["smollm2"]),
+            "step_options": step_options(first, first["steps"], repeats, setup["compile_rope"]),
+            "step_profile": step_profile(first, first["steps"]),
+            "llm_throughput": llm_throughput(**setup["llm"]) if setup["llm"] else [],
+            "jobs_wall_time": jobs_wall_time(**setup["jobs"]) if setup["jobs"] else []}
 
-    machine = (f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-               f"{torch.get_num_threads()} threads")
-    command = command_line(args)
-    md = [f"# Speed and memory\n\n`{command}` on {machine}; {runtime:.0f} s.\n",
-          "Timings are the best of repeats; ratios compare variants measured in the same run.\n"]
+
+def peak_growth(memory: list[dict], encoding: str, lengths: list[int]) -> float:
+    """How much an encoding's peak memory grows from the second longest length to the longest."""
+    peak = {r["length"]: r["peak_mb"] for r in memory if r["encoding"] == encoding}
+    return peak[lengths[-1]] / max(peak[lengths[-2]], 1e-9)
+
+
+def targets(data: dict, lengths: list[int]) -> list[dict]:
+    """What lengen promises about its speed and memory (first shape), each with its measured value and
+    whether it is met."""
+    first = next(iter(data["training"].values()))
+    by = {r["variant"]: r for r in first}
+    growth = max(peak_growth(data["memory"], e, lengths) for e in lengen.ENCODINGS)
+    slowest = min(r["speedup_vs_plain"] for r in first)
+    out = [("RoPE step cost <= 1.10x NoPE", by["rope"]["cost_vs_nope"], by["rope"]["cost_vs_nope"] <= 1.10),
+           ("YaRN step cost <= 1.10x NoPE", by["rope+yarn"]["cost_vs_nope"], by["rope+yarn"]["cost_vs_nope"] <= 1.10),
+           ("lengen at least as fast as plain (worst variant)", slowest, slowest >= 1.0),
+           (f"peak memory {lengths[-1]} / {lengths[-2]} <= 2.2x (worst encoding)", growth, growth <= 2.2)]
+    if data["hf"]:
+        worst = max(r["ratio"] for r in data["hf"])
+        out.append(("patched HF forward <= 1.02x unpatched (worst model)", worst, worst <= 1.02))
+    return [{"target": name, "measured": value, "met": ok} for name, value, ok in out]
+
+
+def speed_section(speed: dict) -> list[str]:
+    md = []
     for name, rows in speed.items():
         md += [f"\n## Training steps, {name}\n",
                "| variant | tokens/s | cost vs NoPE | plain reference tokens/s | lengen vs plain |",
@@ -357,53 +367,64 @@ def run(args) -> None:
             c = compiled[0]
             md.append(f"\ntorch.compile (rope): {c['compiled_tokens_per_s']:,.0f} tokens/s, "
                       f"{c['compiled_tokens_per_s'] / c['tokens_per_s']:.2f}x eager.")
-    md += ["\n## Evaluation at long length (2 layers x 128, 4 heads, batch 1, one forward)\n",
-           "| encoding | " + " | ".join(f"{n} tokens" for n in lengths) + f" | peak {lengths[-1]} / {lengths[-2]} |",
-           "|---|" + "---:|" * (len(lengths) + 1)]
+    return md
+
+
+def memory_section(memory: list[dict], lengths: list[int]) -> list[str]:
+    md = ["\n## Evaluation at long length (2 layers x 128, 4 heads, batch 1, one forward)\n",
+          "| encoding | " + " | ".join(f"{n} tokens" for n in lengths) + f" | peak {lengths[-1]} / {lengths[-2]} |",
+          "|---|" + "---:|" * (len(lengths) + 1)]
     for encoding in lengen.ENCODINGS:
         rows = {r["length"]: r for r in memory if r["encoding"] == encoding}
         cells = [f"{rows[n]['peak_mb']:.0f} MB, {rows[n]['seconds']:.1f} s" for n in lengths]
-        growth = rows[lengths[-1]]["peak_mb"] / max(rows[lengths[-2]]["peak_mb"], 1e-9)
-        md.append(f"| {encoding} | " + " | ".join(cells) + f" | {growth:.2f}x |")
-    if hf_rows:
-        md += ["\n## Patched Hugging Face forward (YaRN x4 through patch_hf_rope)\n",
-               "| model | tokens | unpatched | patched | ratio |", "|---|---:|---:|---:|---:|"]
-        md += [f"| {r['model']} | {r['length']} | {r['unpatched_s']:.3f} s | {r['patched_s']:.3f} s | "
-               f"{r['ratio']:.3f} |" for r in hf_rows]
-    md += [f"\n## The RoPE training step, {first_shape['name']}: where its time goes, and what makes it faster\n",
-           "| operator (torch.profiler) | share of the step's CPU time | calls per step |", "|---|---:|---:|"]
-    md += [f"| {r['operator']} | {r['share']:.1%} | {r['calls_per_step']:g} |" for r in profile]
+        md.append(f"| {encoding} | " + " | ".join(cells) + f" | {peak_growth(memory, encoding, lengths):.2f}x |")
+    return md
+
+
+def step_section(data: dict, shape_name: str) -> list[str]:
+    """The RoPE step: its profile, then every option's speed."""
+    md = [f"\n## The RoPE training step, {shape_name}: where its time goes, and what makes it faster\n",
+          "| operator (torch.profiler) | share of the step's CPU time | calls per step |", "|---|---:|---:|"]
+    md += [f"| {r['operator']} | {r['share']:.1%} | {r['calls_per_step']:g} |" for r in data["step_profile"]]
     md += ["", "| step | tokens/s | vs the plain reference | weights bit-identical to lengen's default |",
            "|---|---:|---:|---|"]
     md += [f"| {r['option']} | {r['tokens_per_s']:,.0f} | {r['vs_plain']:.2f}x | "
-           f"{'n/a' if r['identical'] is None else 'yes' if r['identical'] else 'no'} |" for r in options]
-    if llm:
-        md += [f"\n## LLM fine-tuning throughput (train.py --llm smollm2 --method ryarn, {setup['llm']['length']}-token "
-               f"samples, {setup['llm']['steps']} steps, 1 torch thread per process, CPU, gloo)\n",
+           f"{'n/a' if r['identical'] is None else 'yes' if r['identical'] else 'no'} |" for r in data["step_options"]]
+    return md
+
+
+def markdown(data: dict, setup: dict) -> str:
+    md = [f"# Speed and memory\n\n`{data['command']}` on {data['machine']}; {data['runtime_s']:.0f} s.\n",
+          "Timings are the best of repeats; ratios compare variants measured in the same run.\n"]
+    md += speed_section(data["training"]) + memory_section(data["memory"], setup["lengths"])
+    if data["hf"]:
+        md += ["\n## Patched Hugging Face forward (YaRN x4 through patch_hf_rope)\n",
+               "| model | tokens | unpatched | patched | ratio |", "|---|---:|---:|---:|---:|"]
+        md += [f"| {r['model']} | {r['length']} | {r['unpatched_s']:.3f} s | {r['patched_s']:.3f} s | "
+               f"{r['ratio']:.3f} |" for r in data["hf"]]
+    md += step_section(data, setup["shapes"][0]["name"])
+    if data["llm_throughput"]:
+        md += [f"\n## LLM fine-tuning throughput (train.py --llm smollm2 --method ryarn, {setup['llm']['length']}"
+               f"-token samples, {setup['llm']['steps']} steps, 1 torch thread per process, CPU, gloo)\n",
                "| processes | training tokens/s (all processes) |", "|---|---:|"]
-        md += [f"| {r['processes']} | {r['tokens_per_s']:,} |" for r in llm]
-    if jobs:
+        md += [f"| {r['processes']} | {r['tokens_per_s']:,} |" for r in data["llm_throughput"]]
+    if jobs := data["jobs_wall_time"]:
         md += [f"\n## --jobs: wall time of `python eval.py --experiment {jobs[0]['experiment']} --quick --threads 1 "
                "--jobs N`\n", "| N | wall time | vs --jobs 1 |", "|---:|---:|---:|"]
         md += [f"| {r['jobs']} | {r['wall_s']:.1f} s | {jobs[0]['wall_s'] / r['wall_s']:.2f}x |" for r in jobs]
-    first = next(iter(speed.values()))
-    by = {r["variant"]: r for r in first}
-    growths = [next(r for r in memory if r["encoding"] == e and r["length"] == lengths[-1])["peak_mb"] /
-               max(next(r for r in memory if r["encoding"] == e and r["length"] == lengths[-2])["peak_mb"], 1e-9)
-               for e in lengen.ENCODINGS]
-    targets = [("RoPE step cost <= 1.10x NoPE", by["rope"]["cost_vs_nope"], by["rope"]["cost_vs_nope"] <= 1.10),
-               ("YaRN step cost <= 1.10x NoPE", by["rope+yarn"]["cost_vs_nope"],
-                by["rope+yarn"]["cost_vs_nope"] <= 1.10),
-               ("lengen at least as fast as plain (worst variant)", min(r["speedup_vs_plain"] for r in first),
-                min(r["speedup_vs_plain"] for r in first) >= 1.0),
-               (f"peak memory {lengths[-1]} / {lengths[-2]} <= 2.2x (worst encoding)", max(growths),
-                max(growths) <= 2.2)]
-    if hf_rows:
-        worst = max(r["ratio"] for r in hf_rows)
-        targets.append(("patched HF forward <= 1.02x unpatched (worst model)", worst, worst <= 1.02))
-    md += [f"\n## Targets (first shape: {next(iter(speed))})\n", "| target | measured | met |", "|---|---:|---|"]
-    md += [f"| {name} | {value:.2f} | {'yes' if ok else 'no'} |" for name, value, ok in targets]
-    data = {"command": command, "machine": machine, "runtime_s": runtime, "training": speed, "memory": memory,
-            "hf": hf_rows, "step_options": options, "step_profile": profile, "llm_throughput": llm,
-            "jobs_wall_time": jobs, "targets": [{"target": n, "measured": v, "met": ok} for n, v, ok in targets]}
-    write_results("bench", "\n".join(md) + "\n", data, None, args.out_dir)
+    md += [f"\n## Targets (first shape: {next(iter(data['training']))})\n", "| target | measured | met |",
+           "|---|---:|---|"]
+    md += [f"| {t['target']} | {t['measured']:.2f} | {'yes' if t['met'] else 'no'} |" for t in data["targets"]]
+    return "\n".join(md) + "\n"
+
+
+def run(args) -> None:
+    start = time.perf_counter()
+    setup = SCALES[scale_name(args)]
+    measured = measure(setup, args.threads)
+    runtime = time.perf_counter() - start
+    machine = (f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+               f"{torch.get_num_threads()} threads")
+    data = {"command": command_line(args), "machine": machine, "runtime_s": runtime, **measured}
+    data["targets"] = targets(data, setup["lengths"])
+    write_results("bench", markdown(data, setup), data, None, args.out_dir)

@@ -23,10 +23,11 @@ import time
 import torch
 
 import train
-from eval import command_line, map_jobs, mean_sd, plot_curves, scale_name, spread, verdict, write_results
+from eval import (command_line, fmt, line_styles, map_jobs, plot_curves, scale_name, seed_curve, spread, verdict,
+                  write_results)
 
 DISTANCE_ENCODINGS = ("nope", "rope", "alibi")
-DISTANCE_COLORS = {"nope": "tab:blue", "rope": "tab:orange", "alibi": "tab:green"}  # the same in every panel
+STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every panel
 
 # Paper D: window 256, data tokens 0..127, m = 10, C and S on [15, 25], transfer with S on [25, 35] or [45, 55],
 # evaluation at d = 1..120; 8 layers x 512, 8 heads, 40K steps of batch 64, lr 3e-4, 3K warm-up, wd 0.05,
@@ -56,6 +57,11 @@ TRANSFER_MARGIN = 0.05
 
 def span(band: tuple[int, int]) -> str:
     return f"[{band[0]}, {band[1]}]"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Training and measuring one curve
+# ---------------------------------------------------------------------------------------------------------
 
 
 def distance_curve(setup: dict, scale: str, args, task: str, encoding: str, seed: int, delays: tuple[int, int],
@@ -110,7 +116,8 @@ def planned_models(setup: dict):
     for setting in ("adjacent", "separated"):
         for e in setup["transfer_encodings"]:
             for seed in range(setup["transfer_seeds"]):
-                yield from (("delay_copy", e, seed, band, None, width), ("mixed_copy", e, seed, band, setup[setting], width))
+                yield from (("delay_copy", e, seed, band, None, width),
+                            ("mixed_copy", e, seed, band, setup[setting], width))
 
 
 def over_seeds(curves: list[list[dict]], inside) -> dict:
@@ -146,263 +153,10 @@ def transfer_regions(delta: list[float], delays: list[int], band, s_band) -> dic
     return out
 
 
-def sign(x: float) -> str:
-    return "positive" if x > TRANSFER_MARGIN else "negative" if x < -TRANSFER_MARGIN else "none"
-
-
-def checks_verdict(checks: list[tuple[str, str, bool | None]]) -> str:
-    """The verdict of a question from its sub-claims (claim, measured, holds); holds None = not measured."""
-    measured = [ok for _, _, ok in checks if ok is not None]
-    return verdict(all(measured), any(measured)) if measured else "not measured"
-
-
-def check_table(checks: list[tuple[str, str, bool | None]]) -> list[str]:
-    rows = ["| sub-claim | measured | holds |", "|---|---|---|"]
-    return rows + [f"| {claim} | {measured} | {'—' if ok is None else 'yes' if ok else 'no'} |"
-                   for claim, measured, ok in checks]
-
-
-PAPER_D_FINDINGS = {
-    "size": "small NoPE models fail even inside the training range; RoPE and ALiBi stay stable when small",
-    "A, delay copy": "trained on d in [15, 25], all encodings fit in range; at unseen d NoPE is best, RoPE worst, "
-                     "ALiBi between",
-    "A, selective copy": "the same ordering on the selective copy task",
-    "B": "with d in [0, d_max], out-of-range accuracy rises with d_max, but relative to in-range accuracy it falls "
-         "(diminishing returns)",
-    "C": "C on [15, 25] with S on [25, 35]: RoPE mostly negative transfer, NoPE/ALiBi positive at moderate unseen d "
-         "and negative further out; with S on [45, 55]: NoPE/ALiBi damage C even in its own range, RoPE transfers "
-         "weakly without in-range damage",
-}
-
-
-def distance_checks(setup, size, part_a, part_b, part_c) -> dict[str, list[tuple[str, str, bool | None]]]:
-    """Each of Paper D's findings split into sub-claims, each with what we measured and whether it holds."""
-    small, large = min(setup["widths"]), max(setup["widths"])
-    in_mean = {w: {e: spread(size[w][e]["in_mean"])["mean"] for e in DISTANCE_ENCODINGS} for w in setup["widths"]}
-    explicit = min(in_mean[small]["rope"], in_mean[small]["alibi"])
-    checks = {"size": [
-        (f"NoPE fails in range at the smallest width ({small}): in-range accuracy < 0.5",
-         f"{in_mean[small]['nope']:.2f}", in_mean[small]["nope"] < 0.5),
-        (f"RoPE and ALiBi stay stable at width {small}: both >= 0.9 in range", f"{explicit:.2f} (the lower)",
-         explicit >= 0.9),
-        # Paper D's (A) models are large enough that NoPE fits: failure is a matter of size
-        (f"NoPE learns once larger: >= 0.9 in range at width {large}", f"{in_mean[large]['nope']:.2f}",
-         in_mean[large]["nope"] >= 0.9)]}
-    for task, label in (("delay_copy", "A, delay copy"), ("selective_copy", "A, selective copy")):
-        runs = part_a[task]
-        fit = min(max(runs[e]["in_mean"]) for e in DISTANCE_ENCODINGS)  # best seed of the weakest encoding
-        out = {e: spread(runs[e]["out_sum"])["mean"] for e in DISTANCE_ENCODINGS}
-        order = " > ".join(f"{e} {out[e]:.2f}" for e in sorted(out, key=out.get, reverse=True))
-        checks[label] = [
-            ("every encoding fits its training band (best seed >= 0.9 in range)", f"weakest {fit:.2f}", fit >= 0.9),
-            ("NoPE best at unseen delays (out-of-range sum, mean over seeds)", order, max(out, key=out.get) == "nope"),
-            ("RoPE worst at unseen delays", order, min(out, key=out.get) == "rope")]
-    checks["B"] = []
-    for e, by_max in part_b.items():
-        first, last = min(by_max), max(by_max)
-        out = [spread(by_max[d]["out_sum"])["mean"] for d in (first, last)]
-        ratio = [spread(by_max[d]["ratio"])["mean"] for d in (first, last)]
-        checks["B"] += [
-            (f"{e}: out-of-range sum rises from d_max {first} to {last}", f"{out[0]:.2f} -> {out[1]:.2f}",
-             out[1] > out[0]),
-            (f"{e}: out-of-range / in-range falls from d_max {first} to {last}", f"{ratio[0]:.2f} -> {ratio[1]:.2f}",
-             ratio[1] < ratio[0])]
-
-    def claim(text, setting, encodings, name, holds):
-        """C's mean accuracy change (mixed minus alone) in one region, per encoding; holds for each?"""
-        if any(e not in part_c[setting] for e in encodings):
-            return text, "not run at this scale", None
-        values = [part_c[setting][e]["regions"][name] for e in encodings]
-        return text, ", ".join(f"{e} {v:+.2f}" for e, v in zip(encodings, values)), all(holds(v) for v in values)
-
-    checks["C"] = [
-        claim("adjacent: RoPE's transfer is negative at C's unseen delays", "adjacent", ("rope",), "unseen",
-              lambda v: v < -TRANSFER_MARGIN),
-        claim("adjacent: NoPE and ALiBi gain at moderate unseen delays (S's band)", "adjacent", ("nope", "alibi"),
-              "S range", lambda v: v > TRANSFER_MARGIN),
-        claim("adjacent: NoPE and ALiBi lose further out (beyond S's band)", "adjacent", ("nope", "alibi"),
-              "beyond", lambda v: v < -TRANSFER_MARGIN),
-        claim("separated: NoPE and ALiBi damage C inside its own band", "separated", ("nope", "alibi"),
-              "C range", lambda v: v < -TRANSFER_MARGIN),
-        claim("separated: RoPE keeps C's own band (change >= -margin)", "separated", ("rope",), "C range",
-              lambda v: v >= -TRANSFER_MARGIN)]
-    return checks
-
-
-def distance_markdown(setup, scale, command, runtime, threads, jobs, part_a, size, part_b, part_c):
-    """results/distance.md: setup and every change from Paper D, then per question the paper's finding, our
-    numbers and a verdict computed from sub-claims. Returns (markdown, checks)."""
+def parts(setup: dict, trained: dict) -> dict:
+    """Every part's curves over seeds, from the trained models by their settings: the size sweep, (A), (B),
+    and (C) with C's change per delay and per region."""
     lo, hi = setup["band"]
-    checks = distance_checks(setup, size, part_a, part_b, part_c)
-    verdicts = {name: checks_verdict(c) for name, c in checks.items()}
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
-    width, layers, heads = setup["width"], setup["layers"], setup["heads"]
-    md = ["# Distance generalization (Paper D, arXiv 2609.11913)\n",
-          f"`{command}` took {runtime / 60:.1f} minutes on {machine}, {jobs} model(s) at a time, {threads} torch "
-          "thread(s) each "
-          f"(load average {os.getloadavg()[0]:.1f} at the end). Every number below "
-          "comes from that run; per-delay curves of every seed are in `distance.json`.\n",
-          "Paper D asks whether a positional encoding helps a transformer copy tokens across delays it never saw "
-          "in training, at a fixed context length. A delay copy episode (task C) is m source tokens, a control "
-          "token, d filler tokens, the control token again, then the m source tokens; selective copy (task S) "
-          "reproduces only the even-valued source tokens. **d is the number of filler tokens strictly between the "
-          "two control tokens** (C-to-C distance minus 1), so in task C every source token is reproduced "
-          f"m + d + 2 positions later; Paper D does not say which it counts. Accuracy: teacher-forced, per "
-          f"reproduced token, {setup['samples']} windows per delay (chance is about 1/{setup['symbols']}).\n",
-          "## Setup: Paper D and this run\n",
-          "| | Paper D | here |", "|---|---|---|",
-          f"| window T | 256 | {setup['window']} |",
-          f"| data tokens | 128 | {setup['symbols']} |",
-          f"| m (tokens copied) | 10 | {setup['m']} |",
-          f"| C and S training band (A) | [15, 25] | {span(setup['band'])} |",
-          f"| delays evaluated | 1..120 | 0..{setup['top']} (4 x the band's top = {4 * hi}) |",
-          f"| diversity d_max (B) | 5, 10, 20, 30, 50 | {', '.join(map(str, setup['diversity']))} |",
-          f"| S bands in transfer (C) | [25, 35], [45, 55] | {span(setup['adjacent'])}, {span(setup['separated'])} |",
-          f"| model | 8 layers x 512, 8 heads | {layers} layers x {width}, {heads} heads |",
-          f"| widths in the size sweep | smaller than 512 (sizes not in our sources) | "
-          f"{', '.join(map(str, setup['widths']))} |",
-          "| MLP, dropout | ReLU, 0.1 | GELU, none (lengen's GPT; train.py has no dropout flag) |",
-          f"| steps x batch | 40K x 64 | {setup['steps']} x {setup['batch']} |",
-          "| lr, warm-up, weight decay | 3e-4, 3K, 0.05 (AdamW) | "
-          f"{setup['lr']:g}, {setup['warmup']}, {setup['wd']:g} (AdamW, "
-          "cosine decay to a tenth) |",
-          "| loss mask | R tokens, control tokens, first 18 positions | everything but reproduced tokens whose "
-          "source lies inside the window (exact, instead of the first 18) |",
-          f"| seeds | best of 5 | (A) {setup['seeds']}, size 1, (B) {setup['diversity_seeds']}, "
-          f"(C) {setup['transfer_seeds']}; "
-          "mean ± sd and the best seed (highest cumulative accuracy) |",
-          f"| encodings | NoPE, RoPE, ALiBi | all three in size and (A); (B) "
-          f"{', '.join(setup['diversity_encodings'])}; (C) {', '.join(setup['transfer_encodings'])} |"]
-    if scale != "full":
-        md.append("\nWhere a part has fewer than 3 seeds or fewer than the three encodings, that is a cut made to "
-                  "fit the time budget, not a finding; `--full` runs every part with 5 seeds and all three "
-                  "encodings, at Paper D's sizes (a GPU helps).")
-    md += ["\n## Verdicts\n", "| question | Paper D | verdict |", "|---|---|---|"]
-    md += [f"| {name} | {PAPER_D_FINDINGS[name]} | **{v}** |" for name, v in verdicts.items()]
-    md.append("\nA verdict is *reproduced* when every sub-claim below holds, *not reproduced* when none does, "
-              f"*partly* otherwise. Transfer counts as positive or negative only beyond ±{TRANSFER_MARGIN} "
-              "accuracy.\n")
-
-    md += ["## Size\n", f"Paper D: {PAPER_D_FINDINGS['size']}. Here: C trained on {span(setup['band'])}, seed 0 at "
-           "each width. In range: mean accuracy over the training band; cumulative: the sum of accuracy over every "
-           f"evaluated delay (at most {setup['top'] + 1}).\n",
-           "| width | " + " | ".join(f"{e} in range | {e} cumulative" for e in DISTANCE_ENCODINGS) + " |",
-           "|---:|" + "---:|" * 2 * len(DISTANCE_ENCODINGS)]
-    for w, runs in size.items():
-        cells = [f"{runs[e]['in_mean'][0]:.2f} | {runs[e]['in_sum'][0] + runs[e]['out_sum'][0]:.1f}"
-                 for e in DISTANCE_ENCODINGS]
-        md.append(f"| {w} | " + " | ".join(cells) + " |")
-    md += ["", *check_table(checks["size"]), f"\n**Verdict: {verdicts['size']}.**\n"]
-
-    shown = sorted({0, lo - 1, lo, hi, hi + 1, 2 * hi, 3 * hi, 4 * hi} & set(range(setup["top"] + 1)))
-    for task, label in (("delay_copy", "A, delay copy"), ("selective_copy", "A, selective copy")):
-        runs = part_a[task]
-        md += [f"## ({label})\n", f"Paper D: {PAPER_D_FINDINGS[label]}. Here: trained on {span(setup['band'])}, "
-               f"{setup['seeds']} seed(s) per encoding; mean ± sd over seeds, and the best seed.\n",
-               "| encoding | in range | out-of-range sum | best seed: in range, out-of-range sum | " +
-               " | ".join(f"d={d}" for d in shown) + " |", "|---|---:|---:|---:|" + "---:|" * len(shown)]
-        for e in DISTANCE_ENCODINGS:
-            r, b = runs[e], runs[e]["best_seed"]
-            cells = [mean_sd([seed[r["delays"].index(d)] for seed in r["per_seed"]]) for d in shown]
-            md.append(f"| {e} | {mean_sd(r['in_mean'])} | {mean_sd(r['out_sum'], 1)} | "
-                      f"{r['in_mean'][b]:.2f}, {r['out_sum'][b]:.1f} | " + " | ".join(cells) + " |")
-        md += ["", *check_table(checks[label]), f"\n**Verdict: {verdicts[label]}.**\n"]
-
-    md += ["## (B) Diversity\n", f"Paper D: {PAPER_D_FINDINGS['B']}. Here: C trained on [0, d_max], evaluated at "
-           f"0..{setup['top']}; sums of accuracy over the delays inside and outside [0, d_max], "
-           f"{setup['diversity_seeds']} seed(s).\n",
-           "| encoding | d_max | in-range sum | out-of-range sum | out / in | out-of-range mean |",
-           "|---|---:|---:|---:|---:|---:|"]
-    for e, by_max in part_b.items():
-        for d_max, r in by_max.items():
-            unseen = setup["top"] - d_max
-            md.append(f"| {e} | {d_max} | {mean_sd(r['in_sum'], 1)} | {mean_sd(r['out_sum'], 1)} | "
-                      f"{mean_sd(r['ratio'])} | {spread(r['out_sum'])['mean'] / unseen:.2f} |")
-    md += ["", *check_table(checks["B"]), f"\n**Verdict: {verdicts['B']}.**\n"]
-
-    md += ["## (C) Transfer\n", f"Paper D: {PAPER_D_FINDINGS['C']}. Here: mixed_copy trains C on "
-           f"{span(setup['band'])} together with S on {span(setup['adjacent'])} (adjacent) or "
-           f"{span(setup['separated'])} "
-           "(separated), half the episodes each; C alone is the (A) model with the same seed. Both are measured "
-           "on C, after the same number of steps, so the mixed model has seen half as many C episodes: where "
-           "models are not converged, that alone can lower C in its own range. Cells: C's mean accuracy change "
-           f"(mixed minus alone) in each region, {setup['transfer_seeds']} seed(s).\n",
-           "| setting | encoding | C alone in range | C range | unseen (all) | below | between | S range | beyond |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for setting, by_encoding in part_c.items():
-        for e, r in by_encoding.items():
-            cells = [f"{r['regions'][n]:+.2f} ({sign(r['regions'][n])})" if n in r["regions"] else "—"
-                     for n in ("C range", "unseen", "below", "between", "S range", "beyond")]
-            md.append(f"| {setting} | {e} | {spread(r['alone']['in_mean'])['mean']:.2f} | " + " | ".join(cells) + " |")
-    md += ["", *check_table(checks["C"]), f"\n**Verdict: {verdicts['C']}.**\n"]
-    return "\n".join(md) + "\n", checks
-
-
-def distance_figure(plt, setup, size, part_a, part_b, part_c):
-    """Size, (A) for C and S, (B) out-of-range sum and ratio against d_max, (C) C's change per delay."""
-    fig, axes = plt.subplots(2, 4, figsize=(18, 8))
-    band = (setup["band"][0] - 0.5, setup["band"][1] + 0.5)  # shade whole delays, so a one-delay band shows too
-
-    def band_rows(summary):  # rows for plot_curves: the mean over seeds, its band ± one sd
-        return [{"delay": d, "accuracy": v, "low": v - e, "high": v + e}
-                for d, v, e in zip(summary["delays"], summary["mean"], summary["sd"])]
-
-    ax = axes[0, 0]
-    for e in DISTANCE_ENCODINGS:
-        ax.plot(setup["widths"], [size[w][e]["in_mean"][0] for w in setup["widths"]], marker="o", label=e,
-                color=DISTANCE_COLORS[e])
-    ax.set(xticks=setup["widths"], ylim=(-0.02, 1.02), xlabel="width",
-           ylabel="in-range accuracy", title=f"size: C on {span(setup['band'])}, seed 0")
-    ax.legend(fontsize=8)
-
-    for ax, task, label in ((axes[0, 1], "delay_copy", "(A) delay copy"), (axes[0, 2], "selective_copy",
-                                                                          "(A) selective copy")):
-        plot_curves(ax, {e: band_rows(part_a[task][e]) for e in DISTANCE_ENCODINGS}, "delay", band, log_x=False)
-        ax.set_title(f"{label}, mean ± sd of {setup['seeds']} seed(s)")
-
-    for ax, field, title in ((axes[0, 3], "out_sum", "(B) out-of-range sum"), (axes[1, 0], "ratio",
-                                                                            "(B) out-of-range / in-range")):
-        for e, by_max in part_b.items():
-            ax.plot(list(by_max), [spread(r[field])["mean"] for r in by_max.values()], marker="o", label=e,
-                    color=DISTANCE_COLORS[e])
-        ax.set(xlabel="d_max (trained on [0, d_max])", title=title)
-        ax.legend(fontsize=8)
-
-    for ax, setting in ((axes[1, 1], "adjacent"), (axes[1, 2], "separated")):
-        for e, r in part_c[setting].items():
-            ax.plot(r["alone"]["delays"], r["delta"], marker="o", ms=3, label=e, color=DISTANCE_COLORS[e])
-        ax.axhline(0, color="black", lw=0.8)
-        ax.axvspan(*band, color="grey", alpha=0.2, lw=0, label="C trained")
-        ax.axvspan(setup[setting][0] - 0.5, setup[setting][1] + 0.5, color="tab:purple", alpha=0.15, lw=0,
-                   label="S trained")
-        ax.set(ylim=(-1.02, 1.02), xlabel="delay", ylabel="C accuracy: mixed - alone",
-               title=f"(C) transfer, S {setting} {span(setup[setting])}")
-        ax.legend(fontsize=8)
-
-    ax = axes[1, 3]
-    for e in DISTANCE_ENCODINGS:  # the best seed of (A), as Paper D plots it
-        ax.plot(part_a["delay_copy"][e]["delays"], part_a["delay_copy"][e]["best"], marker="o", ms=3, label=e,
-                color=DISTANCE_COLORS[e])
-    ax.axvspan(*band, color="grey", alpha=0.2, lw=0, label="trained")
-    ax.set(ylim=(-0.02, 1.02), xlabel="delay", ylabel="accuracy", title="(A) delay copy, best seed")
-    ax.legend(fontsize=8)
-    fig.suptitle(f"Distance generalization (Paper D) at small scale: window {setup['window']}, m {setup['m']}, "
-                 f"{setup['symbols']} symbols, {setup['layers']} layers x {setup['width']}, {setup['steps']} steps")
-    fig.tight_layout()
-    return fig
-
-
-def run(args) -> None:
-    scale = scale_name(args)
-    setup = SCALES[scale]
-    start = time.perf_counter()
-    lo, hi = setup["band"]
-    # Every model first, in --jobs worker processes when asked; a model that two parts share (same settings) is
-    # trained once. curves() below reads them.
-    keys = list(dict.fromkeys(planned_models(setup)))
-    print(f"distance ({scale}): {len(keys)} models, {args.jobs} at a time", file=sys.stderr)
-    trained = dict(zip(keys, map_jobs(curve_worker, [(setup, scale, args, *key) for key in keys], args.jobs,
-                                      args.threads or 1)))
 
     def curves(task, encoding, seeds, delays, selective=None, width=None):
         """One curve per seed."""
@@ -428,17 +182,348 @@ def run(args) -> None:
             delta = [m - a for m, a in zip(mixed["mean"], alone["mean"])]
             part_c[setting][e] = {"alone": alone, "mixed": mixed, "delta": delta,
                                   "regions": transfer_regions(delta, alone["delays"], setup["band"], setup[setting])}
-    runtime = time.perf_counter() - start
+    return {"size": size, "A": part_a, "B": part_b, "C": part_c}
 
-    command = command_line(args)
-    md, checks = distance_markdown(setup, scale, command, runtime, args.threads or 1, args.jobs, part_a, size, part_b,
-                                   part_c)
-    data = {"command": command, "scale": scale, "settings": setup, "runtime_s": runtime,
-            "transfer_margin": TRANSFER_MARGIN,
-            "verdicts": {name: {"verdict": checks_verdict(c),
-                                "checks": [{"claim": claim, "measured": measured, "holds": ok}
-                                                                  for claim, measured, ok in c]}
-                         for name, c in checks.items()},
-            "size": size, "A": part_a, "B": part_b, "C": part_c}
-    write_results("distance", md, data, lambda plt: distance_figure(plt, setup, size, part_a, part_b, part_c),
-                  args.out_dir)
+
+# ---------------------------------------------------------------------------------------------------------
+# Paper D's findings as sub-claims, each with its threshold; a finding's verdict follows from them
+# ---------------------------------------------------------------------------------------------------------
+
+PAPER_D_FINDINGS = {
+    "size": "small NoPE models fail even inside the training range; RoPE and ALiBi stay stable when small",
+    "A, delay copy": "trained on d in [15, 25], all encodings fit in range; at unseen d NoPE is best, RoPE worst, "
+                     "ALiBi between",
+    "A, selective copy": "the same ordering on the selective copy task",
+    "B": "with d in [0, d_max], out-of-range accuracy rises with d_max, but relative to in-range accuracy it falls "
+         "(diminishing returns)",
+    "C": "C on [15, 25] with S on [25, 35]: RoPE mostly negative transfer, NoPE/ALiBi positive at moderate unseen d "
+         "and negative further out; with S on [45, 55]: NoPE/ALiBi damage C even in its own range, RoPE transfers "
+         "weakly without in-range damage",
+}
+
+
+def check(claim: str, measured: str, holds: bool | None) -> dict:
+    """One sub-claim: what it says, what we measured, and whether it holds (None: not measured here)."""
+    return {"claim": claim, "measured": measured, "holds": holds}
+
+
+def sign(x: float) -> str:
+    return "positive" if x > TRANSFER_MARGIN else "negative" if x < -TRANSFER_MARGIN else "none"
+
+
+def size_checks(setup: dict, size: dict) -> list[dict]:
+    small, large = min(setup["widths"]), max(setup["widths"])
+    in_mean = {w: {e: spread(size[w][e]["in_mean"])["mean"] for e in DISTANCE_ENCODINGS} for w in setup["widths"]}
+    explicit = min(in_mean[small]["rope"], in_mean[small]["alibi"])
+    return [
+        check(f"NoPE fails in range at the smallest width ({small}): in-range accuracy < 0.5",
+              f"{in_mean[small]['nope']:.2f}", in_mean[small]["nope"] < 0.5),
+        check(f"RoPE and ALiBi stay stable at width {small}: both >= 0.9 in range", f"{explicit:.2f} (the lower)",
+              explicit >= 0.9),
+        # Paper D's (A) models are large enough that NoPE fits: failure is a matter of size
+        check(f"NoPE learns once larger: >= 0.9 in range at width {large}", f"{in_mean[large]['nope']:.2f}",
+              in_mean[large]["nope"] >= 0.9)]
+
+
+def ordering_checks(runs: dict) -> list[dict]:
+    """(A) on one task: every encoding fits its band, NoPE best and RoPE worst at unseen delays."""
+    fit = min(max(runs[e]["in_mean"]) for e in DISTANCE_ENCODINGS)  # best seed of the weakest encoding
+    out = {e: spread(runs[e]["out_sum"])["mean"] for e in DISTANCE_ENCODINGS}
+    order = " > ".join(f"{e} {out[e]:.2f}" for e in sorted(out, key=out.get, reverse=True))
+    return [check("every encoding fits its training band (best seed >= 0.9 in range)", f"weakest {fit:.2f}",
+                  fit >= 0.9),
+            check("NoPE best at unseen delays (out-of-range sum, mean over seeds)", order,
+                  max(out, key=out.get) == "nope"),
+            check("RoPE worst at unseen delays", order, min(out, key=out.get) == "rope")]
+
+
+def diversity_checks(part_b: dict) -> list[dict]:
+    """(B), per encoding: from the smallest d_max to the largest, the out-of-range sum rises and its ratio to
+    the in-range sum falls."""
+    checks = []
+    for e, by_max in part_b.items():
+        first, last = min(by_max), max(by_max)
+        out = [spread(by_max[d]["out_sum"])["mean"] for d in (first, last)]
+        ratio = [spread(by_max[d]["ratio"])["mean"] for d in (first, last)]
+        checks += [
+            check(f"{e}: out-of-range sum rises from d_max {first} to {last}", f"{out[0]:.2f} -> {out[1]:.2f}",
+                  out[1] > out[0]),
+            check(f"{e}: out-of-range / in-range falls from d_max {first} to {last}",
+                  f"{ratio[0]:.2f} -> {ratio[1]:.2f}", ratio[1] < ratio[0])]
+    return checks
+
+
+def transfer_check(part_c: dict, claim: str, setting: str, encodings: tuple[str, ...], region: str, holds) -> dict:
+    """C's mean accuracy change (mixed minus alone) in one region, per encoding; holds(change) for each?"""
+    if any(e not in part_c[setting] for e in encodings):
+        return check(claim, "not run at this scale", None)
+    values = [part_c[setting][e]["regions"][region] for e in encodings]
+    return check(claim, ", ".join(f"{e} {v:+.2f}" for e, v in zip(encodings, values)), all(holds(v) for v in values))
+
+
+def transfer_checks(part_c: dict) -> list[dict]:
+    return [
+        transfer_check(part_c, "adjacent: RoPE's transfer is negative at C's unseen delays", "adjacent", ("rope",),
+                       "unseen", lambda v: v < -TRANSFER_MARGIN),
+        transfer_check(part_c, "adjacent: NoPE and ALiBi gain at moderate unseen delays (S's band)", "adjacent",
+                       ("nope", "alibi"), "S range", lambda v: v > TRANSFER_MARGIN),
+        transfer_check(part_c, "adjacent: NoPE and ALiBi lose further out (beyond S's band)", "adjacent",
+                       ("nope", "alibi"), "beyond", lambda v: v < -TRANSFER_MARGIN),
+        transfer_check(part_c, "separated: NoPE and ALiBi damage C inside its own band", "separated",
+                       ("nope", "alibi"), "C range", lambda v: v < -TRANSFER_MARGIN),
+        transfer_check(part_c, "separated: RoPE keeps C's own band (change >= -margin)", "separated", ("rope",),
+                       "C range", lambda v: v >= -TRANSFER_MARGIN)]
+
+
+def checks_verdict(checks: list[dict]) -> str:
+    """The verdict of a question from its sub-claims: all measured ones hold, some, none."""
+    measured = [c["holds"] for c in checks if c["holds"] is not None]
+    return verdict(all(measured), any(measured)) if measured else "not measured"
+
+
+def claims(setup: dict, measured: dict) -> dict:
+    """Each of Paper D's findings split into sub-claims, each with what we measured and whether it holds, and
+    the finding's verdict."""
+    checks = {"size": size_checks(setup, measured["size"]),
+              "A, delay copy": ordering_checks(measured["A"]["delay_copy"]),
+              "A, selective copy": ordering_checks(measured["A"]["selective_copy"]),
+              "B": diversity_checks(measured["B"]),
+              "C": transfer_checks(measured["C"])}
+    return {name: {"verdict": checks_verdict(c), "checks": c} for name, c in checks.items()}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The markdown: the setup beside Paper D's, the verdicts, then one section per question
+# ---------------------------------------------------------------------------------------------------------
+
+
+def verdict_block(result: dict) -> list[str]:
+    """A question's sub-claims as a table, and its verdict."""
+    table = ["| sub-claim | measured | holds |", "|---|---|---|"]
+    table += [f"| {c['claim']} | {c['measured']} | {'—' if c['holds'] is None else 'yes' if c['holds'] else 'no'} |"
+              for c in result["checks"]]
+    return ["", *table, f"\n**Verdict: {result['verdict']}.**\n"]
+
+
+def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
+    """What was run and on what; the task as measured; Paper D's setup beside this run's."""
+    setup = data["settings"]
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
+    width, layers, heads = setup["width"], setup["layers"], setup["heads"]
+    md = ["# Distance generalization (Paper D, arXiv 2609.11913)\n",
+          f"`{data['command']}` took {data['runtime_s'] / 60:.1f} minutes on {machine}, {jobs} model(s) at a time, "
+          f"{threads} torch thread(s) each "
+          f"(load average {os.getloadavg()[0]:.1f} at the end). Every number below "
+          "comes from that run; per-delay curves of every seed are in `distance.json`.\n",
+          "Paper D asks whether a positional encoding helps a transformer copy tokens across delays it never saw "
+          "in training, at a fixed context length. A delay copy episode (task C) is m source tokens, a control "
+          "token, d filler tokens, the control token again, then the m source tokens; selective copy (task S) "
+          "reproduces only the even-valued source tokens. **d is the number of filler tokens strictly between the "
+          "two control tokens** (C-to-C distance minus 1), so in task C every source token is reproduced "
+          f"m + d + 2 positions later; Paper D does not say which it counts. Accuracy: teacher-forced, per "
+          f"reproduced token, {setup['samples']} windows per delay (chance is about 1/{setup['symbols']}).\n",
+          "## Setup: Paper D and this run\n",
+          "| | Paper D | here |", "|---|---|---|",
+          f"| window T | 256 | {setup['window']} |",
+          f"| data tokens | 128 | {setup['symbols']} |",
+          f"| m (tokens copied) | 10 | {setup['m']} |",
+          f"| C and S training band (A) | [15, 25] | {span(setup['band'])} |",
+          f"| delays evaluated | 1..120 | 0..{setup['top']} (4 x the band's top = {4 * setup['band'][1]}) |",
+          f"| diversity d_max (B) | 5, 10, 20, 30, 50 | {', '.join(map(str, setup['diversity']))} |",
+          f"| S bands in transfer (C) | [25, 35], [45, 55] | {span(setup['adjacent'])}, {span(setup['separated'])} |",
+          f"| model | 8 layers x 512, 8 heads | {layers} layers x {width}, {heads} heads |",
+          f"| widths in the size sweep | smaller than 512 (sizes not in our sources) | "
+          f"{', '.join(map(str, setup['widths']))} |",
+          "| MLP, dropout | ReLU, 0.1 | GELU, none (lengen's GPT; train.py has no dropout flag) |",
+          f"| steps x batch | 40K x 64 | {setup['steps']} x {setup['batch']} |",
+          "| lr, warm-up, weight decay | 3e-4, 3K, 0.05 (AdamW) | "
+          f"{setup['lr']:g}, {setup['warmup']}, {setup['wd']:g} (AdamW, "
+          "cosine decay to a tenth) |",
+          "| loss mask | R tokens, control tokens, first 18 positions | everything but reproduced tokens whose "
+          "source lies inside the window (exact, instead of the first 18) |",
+          f"| seeds | best of 5 | (A) {setup['seeds']}, size 1, (B) {setup['diversity_seeds']}, "
+          f"(C) {setup['transfer_seeds']}; "
+          "mean ± sd and the best seed (highest cumulative accuracy) |",
+          f"| encodings | NoPE, RoPE, ALiBi | all three in size and (A); (B) "
+          f"{', '.join(setup['diversity_encodings'])}; (C) {', '.join(setup['transfer_encodings'])} |"]
+    if data["scale"] != "full":
+        md.append("\nWhere a part has fewer than 3 seeds or fewer than the three encodings, that is a cut made to "
+                  "fit the time budget, not a finding; `--full` runs every part with 5 seeds and all three "
+                  "encodings, at Paper D's sizes (a GPU helps).")
+    return md
+
+
+def verdicts_section(verdicts: dict) -> list[str]:
+    md = ["\n## Verdicts\n", "| question | Paper D | verdict |", "|---|---|---|"]
+    md += [f"| {name} | {PAPER_D_FINDINGS[name]} | **{result['verdict']}** |" for name, result in verdicts.items()]
+    md.append("\nA verdict is *reproduced* when every sub-claim below holds, *not reproduced* when none does, "
+              f"*partly* otherwise. Transfer counts as positive or negative only beyond ±{TRANSFER_MARGIN} "
+              "accuracy.\n")
+    return md
+
+
+def size_section(data: dict) -> list[str]:
+    setup = data["settings"]
+    md = ["## Size\n", f"Paper D: {PAPER_D_FINDINGS['size']}. Here: C trained on {span(setup['band'])}, seed 0 at "
+          "each width. In range: mean accuracy over the training band; cumulative: the sum of accuracy over every "
+          f"evaluated delay (at most {setup['top'] + 1}).\n",
+          "| width | " + " | ".join(f"{e} in range | {e} cumulative" for e in DISTANCE_ENCODINGS) + " |",
+          "|---:|" + "---:|" * 2 * len(DISTANCE_ENCODINGS)]
+    for w, runs in data["size"].items():
+        cells = [f"{runs[e]['in_mean'][0]:.2f} | {runs[e]['in_sum'][0] + runs[e]['out_sum'][0]:.1f}"
+                 for e in DISTANCE_ENCODINGS]
+        md.append(f"| {w} | " + " | ".join(cells) + " |")
+    return md + verdict_block(data["verdicts"]["size"])
+
+
+def ordering_section(data: dict, task: str, label: str) -> list[str]:
+    """(A) on one task: every encoding in range, out of range, its best seed, and at a few delays."""
+    setup, runs = data["settings"], data["A"][task]
+    lo, hi = setup["band"]
+    shown = sorted({0, lo - 1, lo, hi, hi + 1, 2 * hi, 3 * hi, 4 * hi} & set(range(setup["top"] + 1)))
+    md = [f"## ({label})\n", f"Paper D: {PAPER_D_FINDINGS[label]}. Here: trained on {span(setup['band'])}, "
+          f"{setup['seeds']} seed(s) per encoding; mean ± sd over seeds, and the best seed.\n",
+          "| encoding | in range | out-of-range sum | best seed: in range, out-of-range sum | " +
+          " | ".join(f"d={d}" for d in shown) + " |", "|---|---:|---:|---:|" + "---:|" * len(shown)]
+    for e in DISTANCE_ENCODINGS:
+        r, b = runs[e], runs[e]["best_seed"]
+        cells = [fmt([seed[r["delays"].index(d)] for seed in r["per_seed"]], form="sd") for d in shown]
+        md.append(f"| {e} | {fmt(r['in_mean'], form='sd')} | {fmt(r['out_sum'], '.1f', 'sd')} | "
+                  f"{r['in_mean'][b]:.2f}, {r['out_sum'][b]:.1f} | " + " | ".join(cells) + " |")
+    return md + verdict_block(data["verdicts"][label])
+
+
+def diversity_section(data: dict) -> list[str]:
+    setup = data["settings"]
+    md = ["## (B) Diversity\n", f"Paper D: {PAPER_D_FINDINGS['B']}. Here: C trained on [0, d_max], evaluated at "
+          f"0..{setup['top']}; sums of accuracy over the delays inside and outside [0, d_max], "
+          f"{setup['diversity_seeds']} seed(s).\n",
+          "| encoding | d_max | in-range sum | out-of-range sum | out / in | out-of-range mean |",
+          "|---|---:|---:|---:|---:|---:|"]
+    for e, by_max in data["B"].items():
+        for d_max, r in by_max.items():
+            unseen = setup["top"] - d_max
+            md.append(f"| {e} | {d_max} | {fmt(r['in_sum'], '.1f', 'sd')} | {fmt(r['out_sum'], '.1f', 'sd')} | "
+                      f"{fmt(r['ratio'], form='sd')} | {spread(r['out_sum'])['mean'] / unseen:.2f} |")
+    return md + verdict_block(data["verdicts"]["B"])
+
+
+def transfer_section(data: dict) -> list[str]:
+    setup = data["settings"]
+    md = ["## (C) Transfer\n", f"Paper D: {PAPER_D_FINDINGS['C']}. Here: mixed_copy trains C on "
+          f"{span(setup['band'])} together with S on {span(setup['adjacent'])} (adjacent) or "
+          f"{span(setup['separated'])} "
+          "(separated), half the episodes each; C alone is the (A) model with the same seed. Both are measured "
+          "on C, after the same number of steps, so the mixed model has seen half as many C episodes: where "
+          "models are not converged, that alone can lower C in its own range. Cells: C's mean accuracy change "
+          f"(mixed minus alone) in each region, {setup['transfer_seeds']} seed(s).\n",
+          "| setting | encoding | C alone in range | C range | unseen (all) | below | between | S range | beyond |",
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for setting, by_encoding in data["C"].items():
+        for e, r in by_encoding.items():
+            cells = [f"{r['regions'][n]:+.2f} ({sign(r['regions'][n])})" if n in r["regions"] else "—"
+                     for n in ("C range", "unseen", "below", "between", "S range", "beyond")]
+            md.append(f"| {setting} | {e} | {spread(r['alone']['in_mean'])['mean']:.2f} | " + " | ".join(cells) + " |")
+    return md + verdict_block(data["verdicts"]["C"])
+
+
+def markdown(data: dict, jobs: int, threads: int) -> str:
+    """results/distance.md: setup and every change from Paper D, then per question the paper's finding, our
+    numbers and the verdict its sub-claims give."""
+    md = setup_section(data, jobs, threads) + verdicts_section(data["verdicts"]) + size_section(data)
+    md += ordering_section(data, "delay_copy", "A, delay copy") + ordering_section(data, "selective_copy",
+                                                                                   "A, selective copy")
+    md += diversity_section(data) + transfer_section(data)
+    return "\n".join(md) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The figure: each encoding in one colour in every panel
+# ---------------------------------------------------------------------------------------------------------
+
+
+def encoding_lines(ax, series: dict[str, tuple[list, list]], ms: float = 6) -> None:
+    """One line per encoding, series[encoding] = (xs, ys), in the encoding's own colour."""
+    for e, (xs, ys) in series.items():
+        ax.plot(xs, ys, marker="o", ms=ms, label=e, **STYLES[e])
+
+
+def size_panel(ax, setup: dict, size: dict) -> None:
+    widths = setup["widths"]
+    encoding_lines(ax, {e: (widths, [size[w][e]["in_mean"][0] for w in widths]) for e in DISTANCE_ENCODINGS})
+    ax.set(xticks=widths, ylim=(-0.02, 1.02), xlabel="width",
+           ylabel="in-range accuracy", title=f"size: C on {span(setup['band'])}, seed 0")
+    ax.legend(fontsize=8)
+
+
+def diversity_panel(ax, part_b: dict, field: str, title: str) -> None:
+    """(B): a sum over delays (mean over seeds) against d_max."""
+    encoding_lines(ax, {e: (list(by_max), [spread(r[field])["mean"] for r in by_max.values()])
+                        for e, by_max in part_b.items()})
+    ax.set(xlabel="d_max (trained on [0, d_max])", title=title)
+    ax.legend(fontsize=8)
+
+
+def transfer_panel(ax, setup: dict, by_encoding: dict, setting: str, band: tuple[float, float]) -> None:
+    """(C): C's accuracy change (mixed minus alone) at every delay, with where C and S trained."""
+    encoding_lines(ax, {e: (r["alone"]["delays"], r["delta"]) for e, r in by_encoding.items()}, ms=3)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.axvspan(*band, color="grey", alpha=0.2, lw=0, label="C trained")
+    ax.axvspan(setup[setting][0] - 0.5, setup[setting][1] + 0.5, color="tab:purple", alpha=0.15, lw=0,
+               label="S trained")
+    ax.set(ylim=(-1.02, 1.02), xlabel="delay", ylabel="C accuracy: mixed - alone",
+           title=f"(C) transfer, S {setting} {span(setup[setting])}")
+    ax.legend(fontsize=8)
+
+
+def figure(data: dict):
+    """Size, (A) for C and S, (B) out-of-range sum and ratio against d_max, (C) C's change per delay, and (A)'s
+    best seed on C, as Paper D plots it."""
+    setup, part_a = data["settings"], data["A"]
+    band = (setup["band"][0] - 0.5, setup["band"][1] + 0.5)  # shade whole delays, so a one-delay band shows too
+
+    def draw(plt):
+        fig, axes = plt.subplots(2, 4, figsize=(18, 8))
+        size_panel(axes[0, 0], setup, data["size"])
+        for ax, task, label in ((axes[0, 1], "delay_copy", "(A) delay copy"),
+                                (axes[0, 2], "selective_copy", "(A) selective copy")):
+            curves = {e: seed_curve("delay", r["delays"], r["per_seed"], band="sd") for e, r in part_a[task].items()}
+            plot_curves(ax, curves, "delay", band, log_x=False, styles=STYLES)
+            ax.set_title(f"{label}, mean ± sd of {setup['seeds']} seed(s)")
+        diversity_panel(axes[0, 3], data["B"], "out_sum", "(B) out-of-range sum")
+        diversity_panel(axes[1, 0], data["B"], "ratio", "(B) out-of-range / in-range")
+        transfer_panel(axes[1, 1], setup, data["C"]["adjacent"], "adjacent", band)
+        transfer_panel(axes[1, 2], setup, data["C"]["separated"], "separated", band)
+        ax = axes[1, 3]
+        encoding_lines(ax, {e: (r["delays"], r["best"]) for e, r in part_a["delay_copy"].items()}, ms=3)
+        ax.axvspan(*band, color="grey", alpha=0.2, lw=0, label="trained")
+        ax.set(ylim=(-0.02, 1.02), xlabel="delay", ylabel="accuracy", title="(A) delay copy, best seed")
+        ax.legend(fontsize=8)
+        fig.suptitle(f"Distance generalization (Paper D) at small scale: window {setup['window']}, m {setup['m']}, "
+                     f"{setup['symbols']} symbols, {setup['layers']} layers x {setup['width']}, {setup['steps']} "
+                     "steps")
+        fig.tight_layout()
+        return fig
+
+    return draw
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------------------
+
+
+def run(args) -> None:
+    scale = scale_name(args)
+    setup = SCALES[scale]
+    start = time.perf_counter()
+    # Every model first, in --jobs worker processes when asked; a model that two parts share (same settings) is
+    # trained once. parts() reads them.
+    keys = list(dict.fromkeys(planned_models(setup)))
+    print(f"distance ({scale}): {len(keys)} models, {args.jobs} at a time", file=sys.stderr)
+    trained = dict(zip(keys, map_jobs(curve_worker, [(setup, scale, args, *key) for key in keys], args.jobs,
+                                      args.threads or 1)))
+    measured = parts(setup, trained)
+    data = {"command": command_line(args), "scale": scale, "settings": setup, "runtime_s": time.perf_counter() - start,
+            "transfer_margin": TRANSFER_MARGIN, "verdicts": claims(setup, measured), **measured}
+    write_results("distance", markdown(data, args.jobs, args.threads or 1), data, figure(data), args.out_dir)

@@ -23,14 +23,14 @@ from tqdm import tqdm
 import lengen
 import tasks
 import train
-from eval import (command_line, cpu_seconds, map_jobs, mean_sd, paired_gain, scale_name, spread, verdict,
-                  write_results)
+from eval import (THRESHOLD, beyond, command_line, cpu_seconds, fmt, map_jobs, paired_gain, scale_name, spread,
+                  verdict, write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The setup
 # ---------------------------------------------------------------------------------------------------------
 
-# One model for all: train.py's defaults (2 layers, 2 heads, d_model 64, batch 32, AdamW 1e-3 with warm-up
+# One model for all: train.py's defaults (2 layers, 2 heads, dim 64, batch 32, AdamW 1e-3 with warm-up
 # and cosine decay), trained at lengths L/2..L and evaluated with contiguous positions at 1, 2, 4 and 8 x L.
 # Randomized positions are drawn from [0, 8L) (train.py's default range), so every position met at
 # evaluation was met in training, as in Ruoss et al.; the learned table has 8L rows either way.
@@ -44,8 +44,7 @@ ENCODINGS = tuple(lengen.ENCODINGS)  # nope, learned, sinusoidal, rope, xpos, al
 # NoPE reads no position, and train.py draws position ids from a generator of their own, so NoPE with
 # randomized positions is bit for bit the same run as without: it is trained once and shown once.
 POSITIONS = ("contiguous", "randomized")
-MULTIPLES = (1, 2, 4, 8)  # evaluation lengths, as multiples of L
-THRESHOLD = 0.05  # a gain counts when it is >= 5 accuracy points on average and positive in every seed
+MULTIPLES = (1, 2, 4, 8)  # evaluation lengths, as multiples of L; eval.beyond: the mean of 2L, 4L and 8L
 
 
 def variants() -> list[tuple[str, str]]:
@@ -74,11 +73,6 @@ def train_and_measure(job: tuple) -> list[float]:
     model, cfg = train.load_run(out, device)
     return [train.evaluate(model, task, m * L, cfg["task_options"], setup["samples"], device=device)["accuracy"]
             for m in MULTIPLES]
-
-
-def beyond(acc: list[float]) -> float:
-    """A model's mean accuracy beyond L (2L, 4L, 8L): the number the heatmap and every claim are about."""
-    return sum(acc[1:]) / len(acc[1:])
 
 
 def chance(task: str) -> float:
@@ -127,7 +121,7 @@ def claims(accuracy: dict, tasks_: list[str]) -> dict:
     at_L = spread([a - b for e in gains for a, b in zip(average(accuracy, tasks_, e, "randomized", lambda a: a[0]),
                                                          average(accuracy, tasks_, e, "contiguous", lambda a: a[0]))])
     out["randomized positions help"] = {
-        "measured": "; ".join(f"{e} {g['mean']:+.3f} [{g['min']:+.3f}, {g['max']:+.3f}]" for e, g in gains.items())
+        "measured": "; ".join(f"{e} {fmt(g, '+.3f')}" for e, g in gains.items())
                     + f" (at L itself: {at_L['mean']:+.3f} on average)",
         "mean_gain": spread([g["mean"] for g in gains.values()])["mean"], "gain_at_L": at_L["mean"],
         "verdict": verdict(len(held) == len(gains), bool(held)), "holds_for": held}
@@ -139,7 +133,7 @@ def claims(accuracy: dict, tasks_: list[str]) -> dict:
                       "verdict": verdict(place == 0, place < len(order) / 2)}
     g = paired_gain(average(accuracy, tasks_, "xpos", "contiguous"), average(accuracy, tasks_, "rope", "contiguous"),
                     THRESHOLD)
-    out["xPos beats RoPE"] = {"measured": f"xpos - rope = {g['mean']:+.3f} [{g['min']:+.3f}, {g['max']:+.3f}]",
+    out["xPos beats RoPE"] = {"measured": f"xpos - rope = {fmt(g, '+.3f')}",
                               "verdict": verdict(g["holds"], g["mean"] > 0)}
     return out
 
@@ -154,9 +148,10 @@ def grid(data: dict, at) -> list[str]:
     out = ["| encoding | " + " | ".join(f"{t} ({chance(t):.2f})" for t in tasks_) + " | mean |",
            "|---|" + "---:|" * (len(tasks_) + 1)]
     for row in rows:
-        cells = [mean_sd([at(a) for a in data["accuracy"][t][row]]) for t in tasks_]
-        per_seed = [sum(v) / len(v) for v in zip(*[[at(a) for a in data["accuracy"][t][row]] for t in tasks_])]
-        out.append(f"| {row} | " + " | ".join(cells) + f" | **{mean_sd(per_seed)}** |")
+        per_task = [[at(a) for a in data["accuracy"][t][row]] for t in tasks_]  # each: one value per seed
+        per_seed = [sum(v) / len(v) for v in zip(*per_task)]
+        cells = [fmt(values, form="sd") for values in per_task]
+        out.append(f"| {row} | " + " | ".join(cells) + f" | **{fmt(per_seed, form='sd')}** |")
     return out
 
 
@@ -167,7 +162,7 @@ def markdown(data: dict) -> str:
            f"`{data['command']}`: {rt['wall_s'] / 60:.1f} min wall, {rt['cpu_s'] / 60:.1f} min CPU (all "
            f"processes), {rt['jobs']} job(s) of {rt['threads']} thread(s), {rt['cores']} cores; "
            f"{data['models']} models.", "",
-           f"Every model: 2 layers, 2 heads, d_model 64, {setup['steps']} steps of 32 sequences at lengths "
+           f"Every model: 2 layers, 2 heads, dim 64, {setup['steps']} steps of 32 sequences at lengths "
            f"{L // 2}..{L}; evaluated with contiguous positions on {setup['samples']} sequences at "
            f"{', '.join(str(m * L) for m in MULTIPLES)} tokens; seeds {', '.join(map(str, setup['seeds']))}. "
            f"'+ rand': positions drawn from [0, {8 * L}) in training. Beyond L = the mean of "

@@ -22,10 +22,12 @@ import time
 import torch
 from tqdm import tqdm
 
+import finetune
 import hf
 import train
-from eval import command_line, map_jobs, plot_curves, scale_name, write_results
-from train import UsageError
+from eval import (command_line, evaluate_llm, line_styles, map_jobs, mean_interval, plot_curves, scale_name,
+                  write_results)
+from runs import UsageError
 
 # ---------------------------------------------------------------------------------------------------------
 # The plans
@@ -44,7 +46,7 @@ SCALES = {
     "full": dict(methods=METHODS, train_len=4096, steps=400, batch=8, lengths=[4096, 8192, 16384, 32768, 65536],
                  samples=50),
 }
-FACTOR = train.LLM_YARN_FACTOR  # YaRN's s for yarn, ryarn and base+yarn: 4 over the model's own context
+FACTOR = finetune.YARN_FACTOR  # YaRN's s for yarn, ryarn and base+yarn: 4 over the model's own context
 TASK, OPTIONS = "babilong", {"facts": 1}  # qa1: "Where is Mary?", the last place she went to
 LABELS = {
     "base": "SmolLM2-135M-Instruct as it is",
@@ -55,6 +57,7 @@ LABELS = {
     "ryarn": f"Randomized YaRN: YaRN x{FACTOR:g} + randomized positions, range 1x -> 2x in Paper R's stages",
     "ryarn-nocurr": "Randomized YaRN without the curriculum: positions from [0, 2x the sample length) at once",
 }
+STYLES = line_styles(METHODS)  # each method in one colour in both panels, at every scale
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -89,7 +92,7 @@ def run_method(method: str, setup: dict, root: str, args) -> dict:
         loss = {"first": sum(log[:tenth]) / tenth, "last": sum(log[-tenth:]) / tenth, "steps": len(log)}
         model, tokenizer, _ = hf.load_for_eval(os.path.join(root, method), args.device)
     with tqdm(total=len(setup["lengths"]) * setup["samples"], desc=method) as bar:
-        rows = [hf.evaluate_llm(model, tokenizer, TASK, n, setup["samples"], OPTIONS, args.device, bar=bar, bf16=True)
+        rows = [evaluate_llm(model, tokenizer, TASK, n, setup["samples"], OPTIONS, args.device, bar=bar, bf16=True)
                 for n in setup["lengths"]]
     return {"rows": rows, "training_loss": loss, "minutes": (time.perf_counter() - began) / 60}
 
@@ -119,7 +122,7 @@ def paired(results: dict, better: str, worse: str, length: int) -> dict:
                                                                         rows[worse]["prompts"], strict=True)])
     top1 = torch.tensor([float(b["rank"] == 1) - float(w["rank"] == 1)
                          for b, w in zip(rows[better]["prompts"], rows[worse]["prompts"])])
-    _, low, high = hf.mean_interval(logprob)
+    _, low, high = mean_interval(logprob)
     return {"better": better, "worse": worse, "length": length, "logprob": float(logprob.mean()), "low": low,
             "high": high, "top1": float(top1.mean()), "exact": rows[better]["accuracy"] - rows[worse]["accuracy"],
             "verdict": "holds" if low > 0 else "reversed" if high < 0 else "undecided"}
@@ -181,14 +184,15 @@ def figure(data: dict):
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         top1 = {m: [{"length": r["length"], "accuracy": r["top1"], "low": r["top1_low"], "high": r["top1_high"]}
                     for r in result["rows"]] for m, result in results.items()}
-        plot_curves(axes[0], top1, "length")
+        plot_curves(axes[0], top1, "length", styles=STYLES)
         axes[0].axhline(1 / 6, color="black", ls=":", lw=1)
         axes[0].set(ylabel="top-1 among the six places", title="right place ranked first (dotted: chance)")
         for m, result in results.items():
-            xs = [r["length"] for r in result["rows"]]
-            axes[1].errorbar(xs, [r["logprob"] for r in result["rows"]], marker="o", ms=3, capsize=2, label=m,
-                             yerr=[[r["logprob"] - r["logprob_low"] for r in result["rows"]],
-                                   [r["logprob_high"] - r["logprob"] for r in result["rows"]]])
+            rows = result["rows"]
+            below_above = [[r["logprob"] - r["logprob_low"] for r in rows],
+                           [r["logprob_high"] - r["logprob"] for r in rows]]
+            axes[1].errorbar([r["length"] for r in rows], [r["logprob"] for r in rows], yerr=below_above, marker="o",
+                             ms=3, capsize=2, label=m, **STYLES[m])
         axes[1].set(xscale="log", xlabel="length", ylabel="log p(answer)", title="answer log-probability")
         axes[1].legend(fontsize=7)
         for ax in axes:

@@ -20,7 +20,8 @@ import torch
 import lengen
 import tasks
 import train
-from eval import command_line, fmt, fmt_e, map_jobs, plot_curves, scale_name, spread, verdict, write_results
+from eval import (command_line, fmt, line_styles, map_jobs, plot_curves, scale_name, seed_curve, spread, verdict,
+                  write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The analysis
@@ -327,246 +328,6 @@ def analyse_recipe(model: lengen.GPT, cfg: dict, samples: int) -> dict:
             "participation_ratio": participation_ratio(carrier["amplitude"])}
 
 
-
-# ---------------------------------------------------------------------------------------------------------
-# The claims, each with its threshold; then the figure, the markdown and the run
-# ---------------------------------------------------------------------------------------------------------
-
-
-def retrieval_claims(data: dict) -> list[dict]:
-    """Each claim of Paper A's abstract (and lengen's claim 8): prediction, measurement, threshold, verdict.
-    Spreads are mean [min, max] over every seed and offset."""
-    hi, runs = data["train_max"], data["runs"]
-    two, four, ten = 2 * hi, 4 * hi, 10 * hi
-
-    def pick(encoding, attention="softmax"):
-        return [r for r in runs if r["encoding"] == encoding and r["attention"] == attention]
-
-    rope, ape, linear = pick("rope"), pick("learned"), pick("rope", "linear")
-    claims = []
-
-    r2, a2 = spread(r["accuracy"][two] for r in rope), spread(r["accuracy"][two] for r in ape)
-    r10, a10 = spread(r["accuracy"][ten] for r in rope), spread(r["accuracy"][ten] for r in ape)
-    controls = "; ".join(f"{e} {fmt(spread(r['accuracy'][two] for r in pick(e)))}"
-                         for e in data["controls"])
-    claims.append({
-        "claim": "1. RoPE extrapolates on fixed-offset retrieval, learned absolute (APE) does not",
-        "prediction": "RoPE ~1.00, APE ~chance (0.07) at 2x the training length",
-        "measured": f"at {two}: RoPE {fmt(r2)}, APE {fmt(a2)}; at {ten}: RoPE {fmt(r10)}, APE {fmt(a10)}"
-                    + (f"; controls (k = {data['offsets'][0]}) at {two}: {controls}" if controls else ""),
-        "threshold": f"RoPE mean >= 0.95 and APE mean <= 0.2 at {two} (partly: RoPE - APE > 0.5)",
-        "verdict": verdict(r2["mean"] >= 0.95 and a2["mean"] <= 0.2, r2["mean"] - a2["mean"] > 0.5)})
-
-    req = spread(max(r["equivariance"].values()) for r in rope)
-    aeq = spread(max(r["equivariance"].values()) for r in ape)
-    claims.append({
-        "claim": "2. Exact equivariance: shifting every position id leaves RoPE's logits unchanged",
-        "prediction": "largest change of any logit = 0 (rounding) for RoPE, large for APE",
-        "measured": f"shifts 100 and 1000, worst of the two: RoPE {fmt_e(req)}, APE {fmt_e(aeq)}",
-        "threshold": "RoPE max < 1e-4 and APE min > 1e-2",
-        "verdict": verdict(req["max"] < 1e-4 and aeq["min"] > 1e-2, req["max"] < 1e-4)})
-
-    pins = [p for r in ape for p in r["pinning"].values()]
-    mass = spread(p["mass"] for p in pins)
-    slots = sorted({p["slot"] for p in pins})
-    inside = all(s < hi for s in slots)
-    claims.append({
-        "claim": "3. Pinning: the APE head attends to one fixed absolute position inside the training range",
-        "prediction": "one slot takes most argmax hits at every unseen length, and it lies below the training length",
-        "measured": f"mass on the most frequent slot at lengths {two}..{ten}: {fmt(mass)}; slots {slots} "
-                    f"(training positions 0..{hi - 1})",
-        "threshold": "mass min >= 0.5 and every slot < the training length (partly: one of the two)",
-        "verdict": verdict(mass["min"] >= 0.5 and inside, mass["mean"] >= 0.5 or inside)})
-
-    planes = data["rope_planes"]
-    pr, align = spread(r["participation_ratio"] for r in rope), spread(r["alignment"] for r in rope)
-    fit = spread(r["carrier_r2"] for r in rope)
-    claims.append({
-        "claim": "4. Carrier: the learned RoPE rule is a low-rank kernel aligned with the offset k",
-        "prediction": "participation ratio << d/2 planes; every dominant plane peaks at delta = k",
-        "measured": f"participation ratio {fmt(pr, 1)} of {planes} planes; alignment {fmt(align)}; "
-                    f"fit R^2 {fmt(fit, 3)}",
-        "threshold": f"PR max < {planes // 4} and alignment min >= 0.8 (partly: one of the two)",
-        "verdict": verdict(pr["max"] < planes // 4 and align["min"] >= 0.8,
-                           pr["max"] < planes // 4 or align["min"] >= 0.8)})
-
-    def error(law, n, truth="target_mass"):
-        return spread(abs(r[law][n] - (r[truth][n] if truth == "target_mass" else r["accuracy"][n])) for r in rope)
-
-    l3 = {n: error("law3", n) for n in (four, ten)}
-    l1 = {n: error("law1", n) for n in (four, ten)}
-    l2 = {n: error("law2", n, "accuracy") for n in (four, ten)}
-    law3_ok = all(e["mean"] <= 0.1 for e in l3.values())
-    law2_ok = all(e["mean"] <= 0.1 for e in l2.values())
-    claims.append({
-        "claim": "5. Dilution: accuracy decays gracefully as softmax mass spreads over distractors",
-        "prediction": "target mass follows Law 1 (m fitted on training lengths) / Law 3 (measured kernel); "
-                      "accuracy follows Law 2",
-        "measured": "absolute error at {0} / {1}: Law 1 mass {2} / {3}; Law 3 mass {4} / {5}; Law 2 accuracy {6} / {7}"
-                    .format(four, ten, fmt(l1[four]), fmt(l1[ten]), fmt(l3[four]), fmt(l3[ten]),
-                            fmt(l2[four]), fmt(l2[ten])),
-        "threshold": "mean absolute error <= 0.1 at both lengths for Law 3 and Law 2 (partly: one of them)",
-        "verdict": verdict(law3_ok and law2_ok, law3_ok or law2_ok)})
-
-    inr, beyond = spread(r["accuracy"][hi] for r in linear), spread(r["accuracy"][four] for r in linear)
-    corr = spread(r["correlation_beyond"] for r in linear)
-    other_cuts = ", ".join(f"{fmt(spread(r['correlation_by_rcond'][rcond] for r in linear))} at cut {rcond:.0e}"
-                           for rcond in (1e-4, 1e-2))
-    fails = beyond["mean"] <= 0.3
-    claims.append({
-        "claim": "6. Linear-attention control: without softmax, training picks the min-norm interpolant, "
-                 "which does not extrapolate",
-        "prediction": "fits in range, fails beyond; kernel beyond range = min-norm interpolant's",
-        "measured": f"accuracy at {hi}: {fmt(inr)}, at {four}: {fmt(beyond)}; correlation with the min-norm "
-                    f"kernel (pinv cut 1e-3) at offsets {hi}..{ten - 1}: {fmt(corr)} ({other_cuts})",
-        "threshold": f"accuracy >= 0.9 at {hi}, <= 0.3 at {four}, correlation mean >= 0.5 (partly: fails beyond)",
-        "verdict": verdict(inr["mean"] >= 0.9 and fails and corr["mean"] >= 0.5, fails)})
-
-    transfer = data["transfer"]
-    t_rope = [t for t in transfer if t["encoding"] == "rope"]
-    t_ape = [t for t in transfer if t["encoding"] == "learned"]
-    tr, ta = spread(t["accuracy_2x_10x"] for t in t_rope), spread(t["accuracy_2x_10x"] for t in t_ape)
-    teq = spread(max(t["equivariance"].values()) for t in t_rope)
-    talign, tpr = spread(t["alignment"] for t in t_rope), spread(t["participation_ratio"] for t in t_rope)
-    tpin = spread(t["pinned_mass"] for t in t_ape)
-    claims.append({
-        "claim": "7. Transfer to a 2-layer, 4-head transformer with MLP on the full-sequence shift task",
-        "prediction": "RoPE right beyond training, APE not; equivariance; an aligned carrier; APE pinning",
-        "measured": f"accuracy at positions {two}..{ten - 1}: RoPE {fmt(tr)}, APE {fmt(ta)}; RoPE equivariance "
-                    f"{fmt_e(teq)}; retrieval head alignment {fmt(talign)}, PR {fmt(tpr, 1)}; APE pinned mass "
-                    f"{fmt(tpin)}",
-        "threshold": "RoPE >= 0.9 and APE <= 0.3 beyond, equivariance < 1e-4, alignment min >= 0.8, pinned mass "
-                     ">= 0.5 (partly: RoPE - APE > 0.5 beyond)",
-        "verdict": verdict(tr["mean"] >= 0.9 and ta["mean"] <= 0.3 and teq["max"] < 1e-4
-                           and talign["min"] >= 0.8 and tpin["mean"] >= 0.5, tr["mean"] - ta["mean"] > 0.5)})
-
-    recipes = data["sweep"]
-    summary = {name: {key: spread(r[key] for r in rows) for key in rows[0]} for name, rows in recipes.items()}
-    clean = [name for name, s in summary.items() if s["accuracy_2x"]["min"] >= 0.95]
-    base = summary["baseline"]
-    decay = [name for name in clean if name.startswith("weight decay")
-             and summary[name]["accuracy_10x"]["mean"] >= base["accuracy_10x"]["mean"] + 0.1]
-    claims.append({
-        "claim": "8. Regularization makes the RoPE head extrapolate cleanly",
-        "prediction": "a regularized recipe reaches >= 0.95 at 2x on every seed and holds up further out",
-        "measured": f">= 0.95 at 2x on every seed: {', '.join(clean) or 'none'}. At 10x: " + "; ".join(
-            f"{name} {fmt(s['accuracy_10x'])}" for name, s in summary.items()
-            if name == "baseline" or name.startswith("weight decay")) + " (every recipe: table below)",
-        "threshold": "a weight-decay recipe is >= 0.95 at 2x on every seed and beats the baseline by >= 0.1 at "
-                     "10x (partly: some recipe is >= 0.95 at 2x on every seed)",
-        "verdict": verdict(bool(decay), bool(clean))})
-    data["sweep_summary"] = summary
-    return claims
-
-
-def retrieval_figure(data: dict, lengths: list[int]):
-    """Six panels: accuracy by encoding, the carrier, dilution, APE pinning, the linear control, the sweep."""
-    hi, k = data["train_max"], data["offsets"][0]
-    runs = [r for r in data["runs"] if r["offset"] == k]
-    first = {(r["encoding"], r["attention"]): r for r in reversed(runs)}  # the lowest seed of each kind
-
-    def curve(rows):  # mean over seeds, band from the worst to the best seed
-        return [{"length": n, **{key: f(r["accuracy"][n] for r in rows) for key, f in
-                                 (("accuracy", lambda v: sum(v) / len(rows)), ("low", min), ("high", max))}}
-                for n in lengths]
-
-    def kernel_panel(ax, solid, dashed, ylabel, title):
-        """A kernel over offsets (solid) against its model (dashed), with the trained offsets shaded."""
-        ax.plot(solid[0], lw=1, label=solid[1])
-        ax.plot(dashed[0], lw=1, ls="--", label=dashed[1])
-        ax.axvspan(0, hi - 1, color="grey", alpha=0.15, lw=0, label="trained offsets")
-        ax.set(xlabel="offset delta", ylabel=ylabel, title=title)
-        ax.legend(fontsize=7)
-
-    def draw(plt):
-        fig, axes = plt.subplots(2, 3, figsize=(16, 9))
-        curves = {f"{e} ({a})" if a == "linear" else e: curve([r for r in runs if (r["encoding"], r["attention"])
-                                                                 == (e, a)]) for e, a in first}
-        plot_curves(axes[0, 0], curves, "length", (k + 2, hi))
-        axes[0, 0].set_title(f"1. accuracy vs length, k = {k} (band: min-max over seeds)")
-
-        rope = first[("rope", "softmax")]
-        kernel_panel(axes[0, 1], (rope["kernel"], "measured s(delta)"),
-                     (rope["carrier_fit"], f"carrier fit (R^2 {rope['carrier_r2']:.3f})"), "content-averaged logit",
-                     f"4. RoPE kernel, PR {rope['participation_ratio']:.1f}, alignment {rope['alignment']:.2f}")
-        axes[0, 1].axvline(k, color="red", lw=0.8, label=f"k = {k}")
-        axes[0, 1].legend(fontsize=7)
-
-        ax = axes[0, 2]
-        ns = sorted(rope["target_mass"])
-        for key, style, label in (("target_mass", "o", "target mass, measured"), ("law1", "--", "Law 1 (m fit <= 24)"),
-                                  ("law3", ":", "Law 3 (kernel)")):
-            ax.plot(ns, [rope[key][n] for n in ns], style, ms=4, label=label)
-        ax.plot(lengths, [rope["accuracy"][n] for n in lengths], "s", ms=4, label="accuracy, measured")
-        ax.plot(lengths, [rope["law2"][n] for n in lengths], "-.", label="Law 2 (accuracy)")
-        ax.axvspan(k + 2, hi, color="grey", alpha=0.15, lw=0)
-        ax.set_xscale("log", base=2)
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel("length")
-        ax.set_title("5. dilution: measured vs predicted (RoPE, seed 0)")
-        ax.legend(fontsize=7)
-
-        ax = axes[1, 0]
-        ape = first[("learned", "softmax")]
-        for n in (2 * hi, 10 * hi):
-            counts = ape["pinning"][n]["counts"]
-            ax.bar(range(len(counts)), [c / sum(counts) for c in counts], width=1.0, alpha=0.6, label=f"n = {n}")
-        ax.axvspan(0, hi - 1, color="grey", alpha=0.15, lw=0, label="trained positions")
-        ax.set_xlim(-1, 2 * hi + 8)
-        ax.set_xlabel("argmax key position of the query")
-        ax.set_ylabel("fraction of sequences")
-        ax.set_title("3. APE pinning: where the query attends")
-        ax.legend(fontsize=7)
-
-        linear = first[("rope", "linear")]
-        kernel_panel(axes[1, 1], (linear["learned_kernel"], "learned (linear attention)"),
-                     (linear["min_norm_kernel"], "min-norm interpolant"), "kernel (0 = distractors, 1 = target)",
-                     f"6. linear control: corr beyond training {linear['correlation_beyond']:.2f} (pinv cut 1e-3)")
-
-        ax = axes[1, 2]
-        names = list(data["sweep"])
-        for i, name in enumerate(names):
-            for j, r in enumerate(data["sweep"][name]):
-                ax.plot(i - 0.1, r["accuracy_2x"], "o", color="C0", ms=4, label="2x" if i + j == 0 else None)
-                ax.plot(i + 0.1, r["accuracy_10x"], "s", color="C1", ms=4, label="10x" if i + j == 0 else None)
-        ax.axhline(0.95, color="grey", lw=0.8, ls="--")
-        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_ylabel("accuracy (one point per seed)")
-        ax.set_title(f"8. RoPE recipes, k = {k}: accuracy at 2x and 10x")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        return fig
-
-    return draw
-
-
-def retrieval_markdown(data: dict, claims: list[dict]) -> str:
-    lines = ["# Paper A: why RoPE extrapolates and learned absolute positions do not", "",
-             "Paper A: \"Relative Positions Generalize, Absolute Positions Memorize\" (arXiv 2607.18759); claim 8 "
-             "is lengen's own question: which training recipe makes the head extrapolate cleanly. Every number "
-             "below was printed by the command.", "",
-             f"Command: `{data['command']}` ({data['scale']} scale), runtime {data['runtime_s']:.0f} s with "
-             f"{data['threads']} torch thread(s).", "",
-             f"Setup: retrieval over {data['symbols']} symbols (chance {1 / data['symbols']:.3f}), offsets k = "
-             f"{', '.join(map(str, data['offsets']))}, trained on lengths k+2..{data['train_max']} for "
-             f"{data['steps']} steps, seeds {', '.join(map(str, data['seeds']))}; one attention-only layer, one "
-             f"head of dim {2 * data['rope_planes']}, AdamW lr 1e-3, no weight decay. Spreads are mean [min, max] "
-             "over every seed and offset.", "",
-             "| claim | paper's prediction | measured | threshold | verdict |", "|---|---|---|---|---|"]
-    lines += [f"| {c['claim']} | {c['prediction']} | {c['measured']} | {c['threshold']} | **{c['verdict']}** |"
-              for c in claims]
-    lines += ["", "## Claim 8: the recipes, offset k = " + str(data["offsets"][0]), "",
-              "| recipe | accuracy at 2x | accuracy at 10x | highest side lobe beyond training, minus s(k) | "
-              "participation ratio |", "|---|---:|---:|---:|---:|"]
-    for name, s in data["sweep_summary"].items():
-        lines.append(f"| {name} | {fmt(s['accuracy_2x'])} | {fmt(s['accuracy_10x'])} | {fmt(s['side_lobe'])} | "
-                     f"{fmt(s['participation_ratio'], 1)} |")
-    lines += ["", "A side lobe above 0 means some offset never trained gets a higher logit than the target.",
-              "Figure: `results/retrieval.png`; every number: `results/retrieval.json`.", ""]
-    return "\n".join(lines)
-
-
 ANALYSES = {  # what the experiment measures on a trained model, by name
     "retrieval": lambda model, cfg, job: analyse_retrieval(model, cfg, job["lengths"], job["samples"]),
     "recipe": lambda model, cfg, job: analyse_recipe(model, cfg, job["samples"]),
@@ -587,23 +348,16 @@ def fit_worker(job: dict) -> dict:
     return {name: ANALYSES[name](model, cfg, job) for name in job["analyses"]}
 
 
-def run(args) -> None:
-    """Paper A, claims 1-7 of its abstract plus lengen's regularization sweep (claim 8)."""
-    scale = scale_name(args)
-    setup, hi = SCALES[scale], RETRIEVAL_TRAIN_MAX
-    lengths = [hi, 2 * hi, 4 * hi, 6 * hi, 8 * hi, 10 * hi]
-    threads = args.threads or 1
-    start = time.perf_counter()
-    common = {"scale": scale, "threads": threads, "device": args.device, "lengths": lengths,
-              "samples": setup["samples"], "start": time.time()}
+def head_argv(encoding: str, k: int, seed: int, steps: int, *extra: str) -> list[str]:
+    """train.py's flags for one retrieval head: offset k, lengths k+2..24."""
+    return RETRIEVAL_HEAD + ["--encoding", encoding, "--offset", str(k), "--train-len",
+                             f"{k + 2}:{RETRIEVAL_TRAIN_MAX}", "--steps", str(steps), "--seed", str(seed), *extra]
 
-    def head(encoding, k, seed, *extra):
-        return RETRIEVAL_HEAD + ["--encoding", encoding, "--offset", str(k), "--train-len", f"{k + 2}:{hi}",
-                                 "--steps", str(setup["steps"]), "--seed", str(seed), *extra]
 
-    # Every model, with where its results go: (part, its labels, name, train.py flags, analyses). They are
-    # independent: with --jobs N they train N at once.
-    k0 = setup["offsets"][0]
+def planned_models(setup: dict) -> list[tuple]:
+    """Every model, with where its results go: (part, its labels, name, train.py flags, analyses). They are
+    independent: with --jobs N they train N at once."""
+    k0, steps = setup["offsets"][0], setup["steps"]
     models = []
     for k in setup["offsets"]:
         for encoding in ("rope", "learned", *(setup["controls"] if k == k0 else ())):  # controls: one offset
@@ -612,41 +366,351 @@ def run(args) -> None:
                 # the sweep's baseline is this very recipe
                 analyses = ["retrieval"] + (["recipe"] if encoding == "rope" and k == k0 else [])
                 models.append(("runs", {"encoding": encoding, "attention": "softmax", "offset": k, "seed": seed},
-                               f"{encoding}-k{k}-s{seed}", head(encoding, k, seed, *extra), analyses))
+                               f"{encoding}-k{k}-s{seed}", head_argv(encoding, k, seed, steps, *extra), analyses))
         for seed in setup["seeds"]:
             models.append(("runs", {"encoding": "rope", "attention": "linear", "offset": k, "seed": seed},
-                           f"linear-k{k}-s{seed}", head("rope", k, seed, "--attention", "linear"),
+                           f"linear-k{k}-s{seed}", head_argv("rope", k, seed, steps, "--attention", "linear"),
                            ["retrieval", "linear"]))
     for encoding in ("rope", "learned"):
         for seed in setup["seeds"]:
-            argv = RETRIEVAL_TRANSFER + ["--encoding", encoding, "--offset", str(k0), "--train-len", f"{k0 + 2}:{hi}",
-                                         "--steps", str(setup["shift_steps"]), "--seed", str(seed)]
+            argv = RETRIEVAL_TRANSFER + ["--encoding", encoding, "--offset", str(k0), "--train-len",
+                                         f"{k0 + 2}:{RETRIEVAL_TRAIN_MAX}", "--steps", str(setup["shift_steps"]),
+                                         "--seed", str(seed)]
             if encoding == "learned":
                 argv += RETRIEVAL_TABLE_ROWS
             models.append(("transfer", {"encoding": encoding, "seed": seed}, f"shift-{encoding}-s{seed}", argv,
                            ["transfer"]))
-    for name, extra in retrieval_sweep(setup["steps"])[:setup["sweep"]]:
+    for name, extra in retrieval_sweep(steps)[:setup["sweep"]]:
         for seed in setup["seeds"]:
-            models.append(("sweep", name, f"sweep-{name.replace(' ', '-')}-s{seed}", head("rope", k0, seed, *extra),
-                           ["recipe"]))
+            models.append(("sweep", name, f"sweep-{name.replace(' ', '-')}-s{seed}",
+                           head_argv("rope", k0, seed, steps, *extra), ["recipe"]))
+    return models
+
+
+def collect(models: list[tuple], results: list[dict]) -> dict:
+    """Each model's results where its part reads them: runs (the heads), transfer, and sweep by recipe (its
+    baseline: the rope heads at the first offset)."""
+    out = {"runs": [], "transfer": [], "sweep": {"baseline": []}}
+    for (part, labels, _, _, _), result in zip(models, results, strict=True):
+        if part == "runs":
+            out["runs"].append({**labels, **result["retrieval"], **result.get("linear", {})})
+            if "recipe" in result:
+                out["sweep"]["baseline"].append(result["recipe"])
+        elif part == "transfer":
+            out["transfer"].append({**labels, **result["transfer"]})
+        else:
+            out["sweep"].setdefault(labels, []).append(result["recipe"])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The claims, each with its threshold. Spreads are mean [min, max] over every seed and offset.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def pick(runs: list[dict], encoding: str, attention: str = "softmax") -> list[dict]:
+    return [r for r in runs if r["encoding"] == encoding and r["attention"] == attention]
+
+
+def claim_extrapolation(data: dict) -> dict:
+    hi, runs = data["train_max"], data["runs"]
+    two, ten = 2 * hi, 10 * hi
+    rope, ape = pick(runs, "rope"), pick(runs, "learned")
+    r2, a2 = spread(r["accuracy"][two] for r in rope), spread(r["accuracy"][two] for r in ape)
+    r10, a10 = spread(r["accuracy"][ten] for r in rope), spread(r["accuracy"][ten] for r in ape)
+    controls = "; ".join(f"{e} {fmt(spread(r['accuracy'][two] for r in pick(runs, e)))}" for e in data["controls"])
+    return {
+        "claim": "1. RoPE extrapolates on fixed-offset retrieval, learned absolute (APE) does not",
+        "prediction": "RoPE ~1.00, APE ~chance (0.07) at 2x the training length",
+        "measured": f"at {two}: RoPE {fmt(r2)}, APE {fmt(a2)}; at {ten}: RoPE {fmt(r10)}, APE {fmt(a10)}"
+                    + (f"; controls (k = {data['offsets'][0]}) at {two}: {controls}" if controls else ""),
+        "threshold": f"RoPE mean >= 0.95 and APE mean <= 0.2 at {two} (partly: RoPE - APE > 0.5)",
+        "verdict": verdict(r2["mean"] >= 0.95 and a2["mean"] <= 0.2, r2["mean"] - a2["mean"] > 0.5)}
+
+
+def claim_equivariance(data: dict) -> dict:
+    req = spread(max(r["equivariance"].values()) for r in pick(data["runs"], "rope"))
+    aeq = spread(max(r["equivariance"].values()) for r in pick(data["runs"], "learned"))
+    return {
+        "claim": "2. Exact equivariance: shifting every position id leaves RoPE's logits unchanged",
+        "prediction": "largest change of any logit = 0 (rounding) for RoPE, large for APE",
+        "measured": f"shifts 100 and 1000, worst of the two: RoPE {fmt(req, '.1e')}, APE {fmt(aeq, '.1e')}",
+        "threshold": "RoPE max < 1e-4 and APE min > 1e-2",
+        "verdict": verdict(req["max"] < 1e-4 and aeq["min"] > 1e-2, req["max"] < 1e-4)}
+
+
+def claim_pinning(data: dict) -> dict:
+    hi = data["train_max"]
+    pins = [p for r in pick(data["runs"], "learned") for p in r["pinning"].values()]
+    mass = spread(p["mass"] for p in pins)
+    slots = sorted({p["slot"] for p in pins})
+    inside = all(s < hi for s in slots)
+    return {
+        "claim": "3. Pinning: the APE head attends to one fixed absolute position inside the training range",
+        "prediction": "one slot takes most argmax hits at every unseen length, and it lies below the training length",
+        "measured": f"mass on the most frequent slot at lengths {2 * hi}..{10 * hi}: {fmt(mass)}; slots {slots} "
+                    f"(training positions 0..{hi - 1})",
+        "threshold": "mass min >= 0.5 and every slot < the training length (partly: one of the two)",
+        "verdict": verdict(mass["min"] >= 0.5 and inside, mass["mean"] >= 0.5 or inside)}
+
+
+def claim_carrier(data: dict) -> dict:
+    rope, planes = pick(data["runs"], "rope"), data["rope_planes"]
+    pr, align = spread(r["participation_ratio"] for r in rope), spread(r["alignment"] for r in rope)
+    fit = spread(r["carrier_r2"] for r in rope)
+    return {
+        "claim": "4. Carrier: the learned RoPE rule is a low-rank kernel aligned with the offset k",
+        "prediction": "participation ratio << d/2 planes; every dominant plane peaks at delta = k",
+        "measured": f"participation ratio {fmt(pr, '.1f')} of {planes} planes; alignment {fmt(align)}; "
+                    f"fit R^2 {fmt(fit, '.3f')}",
+        "threshold": f"PR max < {planes // 4} and alignment min >= 0.8 (partly: one of the two)",
+        "verdict": verdict(pr["max"] < planes // 4 and align["min"] >= 0.8,
+                           pr["max"] < planes // 4 or align["min"] >= 0.8)}
+
+
+def claim_dilution(data: dict) -> dict:
+    rope, four, ten = pick(data["runs"], "rope"), 4 * data["train_max"], 10 * data["train_max"]
+
+    def error(law, n, truth):  # |predicted - measured| over the RoPE heads
+        return spread(abs(r[law][n] - r[truth][n]) for r in rope)
+
+    l1 = {n: error("law1", n, "target_mass") for n in (four, ten)}
+    l3 = {n: error("law3", n, "target_mass") for n in (four, ten)}
+    l2 = {n: error("law2", n, "accuracy") for n in (four, ten)}
+    law3_ok = all(e["mean"] <= 0.1 for e in l3.values())
+    law2_ok = all(e["mean"] <= 0.1 for e in l2.values())
+    return {
+        "claim": "5. Dilution: accuracy decays gracefully as softmax mass spreads over distractors",
+        "prediction": "target mass follows Law 1 (m fitted on training lengths) / Law 3 (measured kernel); "
+                      "accuracy follows Law 2",
+        "measured": "absolute error at {0} / {1}: Law 1 mass {2} / {3}; Law 3 mass {4} / {5}; Law 2 accuracy {6} / {7}"
+                    .format(four, ten, fmt(l1[four]), fmt(l1[ten]), fmt(l3[four]), fmt(l3[ten]),
+                            fmt(l2[four]), fmt(l2[ten])),
+        "threshold": "mean absolute error <= 0.1 at both lengths for Law 3 and Law 2 (partly: one of them)",
+        "verdict": verdict(law3_ok and law2_ok, law3_ok or law2_ok)}
+
+
+def claim_linear(data: dict) -> dict:
+    hi, linear = data["train_max"], pick(data["runs"], "rope", "linear")
+    four, ten = 4 * hi, 10 * hi
+    inr, beyond = spread(r["accuracy"][hi] for r in linear), spread(r["accuracy"][four] for r in linear)
+    corr = spread(r["correlation_beyond"] for r in linear)
+    other_cuts = ", ".join(f"{fmt(spread(r['correlation_by_rcond'][rcond] for r in linear))} at cut {rcond:.0e}"
+                           for rcond in (1e-4, 1e-2))
+    fails = beyond["mean"] <= 0.3
+    return {
+        "claim": "6. Linear-attention control: without softmax, training picks the min-norm interpolant, "
+                 "which does not extrapolate",
+        "prediction": "fits in range, fails beyond; kernel beyond range = min-norm interpolant's",
+        "measured": f"accuracy at {hi}: {fmt(inr)}, at {four}: {fmt(beyond)}; correlation with the min-norm "
+                    f"kernel (pinv cut 1e-3) at offsets {hi}..{ten - 1}: {fmt(corr)} ({other_cuts})",
+        "threshold": f"accuracy >= 0.9 at {hi}, <= 0.3 at {four}, correlation mean >= 0.5 (partly: fails beyond)",
+        "verdict": verdict(inr["mean"] >= 0.9 and fails and corr["mean"] >= 0.5, fails)}
+
+
+def claim_transfer(data: dict) -> dict:
+    hi = data["train_max"]
+    t_rope = [t for t in data["transfer"] if t["encoding"] == "rope"]
+    t_ape = [t for t in data["transfer"] if t["encoding"] == "learned"]
+    tr, ta = spread(t["accuracy_2x_10x"] for t in t_rope), spread(t["accuracy_2x_10x"] for t in t_ape)
+    teq = spread(max(t["equivariance"].values()) for t in t_rope)
+    talign, tpr = spread(t["alignment"] for t in t_rope), spread(t["participation_ratio"] for t in t_rope)
+    tpin = spread(t["pinned_mass"] for t in t_ape)
+    return {
+        "claim": "7. Transfer to a 2-layer, 4-head transformer with MLP on the full-sequence shift task",
+        "prediction": "RoPE right beyond training, APE not; equivariance; an aligned carrier; APE pinning",
+        "measured": f"accuracy at positions {2 * hi}..{10 * hi - 1}: RoPE {fmt(tr)}, APE {fmt(ta)}; RoPE "
+                    f"equivariance {fmt(teq, '.1e')}; retrieval head alignment {fmt(talign)}, PR {fmt(tpr, '.1f')}; "
+                    f"APE pinned mass {fmt(tpin)}",
+        "threshold": "RoPE >= 0.9 and APE <= 0.3 beyond, equivariance < 1e-4, alignment min >= 0.8, pinned mass "
+                     ">= 0.5 (partly: RoPE - APE > 0.5 beyond)",
+        "verdict": verdict(tr["mean"] >= 0.9 and ta["mean"] <= 0.3 and teq["max"] < 1e-4
+                           and talign["min"] >= 0.8 and tpin["mean"] >= 0.5, tr["mean"] - ta["mean"] > 0.5)}
+
+
+def sweep_summary(sweep: dict) -> dict:
+    """Claim 8's recipes: every number analyse_recipe measured, as a spread over seeds."""
+    return {name: {key: spread(r[key] for r in rows) for key in rows[0]} for name, rows in sweep.items()}
+
+
+def claim_regularization(data: dict) -> dict:
+    summary = data["sweep_summary"]
+    clean = [name for name, s in summary.items() if s["accuracy_2x"]["min"] >= 0.95]
+    base = summary["baseline"]
+    decay = [name for name in clean if name.startswith("weight decay")
+             and summary[name]["accuracy_10x"]["mean"] >= base["accuracy_10x"]["mean"] + 0.1]
+    return {
+        "claim": "8. Regularization makes the RoPE head extrapolate cleanly",
+        "prediction": "a regularized recipe reaches >= 0.95 at 2x on every seed and holds up further out",
+        "measured": f">= 0.95 at 2x on every seed: {', '.join(clean) or 'none'}. At 10x: " + "; ".join(
+            f"{name} {fmt(s['accuracy_10x'])}" for name, s in summary.items()
+            if name == "baseline" or name.startswith("weight decay")) + " (every recipe: table below)",
+        "threshold": "a weight-decay recipe is >= 0.95 at 2x on every seed and beats the baseline by >= 0.1 at "
+                     "10x (partly: some recipe is >= 0.95 at 2x on every seed)",
+        "verdict": verdict(bool(decay), bool(clean))}
+
+
+CLAIMS = (claim_extrapolation, claim_equivariance, claim_pinning, claim_carrier, claim_dilution, claim_linear,
+          claim_transfer, claim_regularization)  # Paper A's abstract, claims 1-7, and lengen's claim 8
+
+
+def claims(data: dict) -> list[dict]:
+    """Each claim: prediction, measurement, threshold, verdict. Reads data["sweep_summary"] for claim 8."""
+    return [claim(data) for claim in CLAIMS]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The figure (each kind of model in one colour in every panel; fits and laws in black) and the markdown
+# ---------------------------------------------------------------------------------------------------------
+
+STYLES = line_styles(["rope", "learned", "rope (linear)", "nope", "alibi"])
+
+
+def kind(run: dict) -> str:
+    """A head's label in the figure: its encoding, with '(linear)' for the linear-attention control."""
+    return f"{run['encoding']} (linear)" if run["attention"] == "linear" else run["encoding"]
+
+
+def accuracy_panel(ax, runs: list[dict], lengths: list[int], k: int, hi: int) -> None:
+    """Claim 1: each kind's accuracy by length, mean over seeds, band from the worst to the best seed."""
+    kinds = dict.fromkeys(kind(r) for r in runs)
+    curves = {label: seed_curve("length", lengths, [[r["accuracy"][n] for n in lengths] for r in runs
+                                                    if kind(r) == label]) for label in kinds}
+    plot_curves(ax, curves, "length", (k + 2, hi), styles=STYLES)
+    ax.set_title(f"1. accuracy vs length, k = {k} (band: min-max over seeds)")
+
+
+def kernel_panel(ax, measured: tuple[list, str], model: tuple[list, str], style: dict, hi: int, ylabel: str,
+                 title: str) -> None:
+    """A kernel over offsets (in its head's style) against its model (black, dashed), the trained offsets
+    shaded."""
+    ax.plot(measured[0], lw=1, label=measured[1], color=style["color"])
+    ax.plot(model[0], lw=1, ls="--", color="black", label=model[1])
+    ax.axvspan(0, hi - 1, color="grey", alpha=0.15, lw=0, label="trained offsets")
+    ax.set(xlabel="offset delta", ylabel=ylabel, title=title)
+    ax.legend(fontsize=7)
+
+
+def dilution_panel(ax, rope: dict, lengths: list[int], k: int, hi: int) -> None:
+    """Claim 5: measured target mass and accuracy (RoPE's colour) against the three laws (black)."""
+    ns, color = sorted(rope["target_mass"]), STYLES["rope"]["color"]
+    ax.plot(ns, [rope["target_mass"][n] for n in ns], "o", ms=4, color=color, label="target mass, measured")
+    ax.plot(lengths, [rope["accuracy"][n] for n in lengths], "s", ms=4, color=color, mfc="none",
+            label="accuracy, measured")
+    for key, xs, ls, label in (("law1", ns, "--", "Law 1 (m fit <= 24)"), ("law3", ns, ":", "Law 3 (kernel)"),
+                               ("law2", lengths, "-.", "Law 2 (accuracy)")):
+        ax.plot(xs, [rope[key][n] for n in xs], ls, color="black", lw=1, label=label)
+    ax.axvspan(k + 2, hi, color="grey", alpha=0.15, lw=0)
+    ax.set_xscale("log", base=2)
+    ax.set(ylim=(-0.02, 1.02), xlabel="length", title="5. dilution: measured vs predicted (RoPE, seed 0)")
+    ax.legend(fontsize=7)
+
+
+def pinning_panel(ax, ape: dict, hi: int) -> None:
+    """Claim 3: where the APE head's query attends at 2x (filled) and 10x (open) the training length."""
+    color = STYLES["learned"]["color"]
+    for n, fill in ((2 * hi, True), (10 * hi, False)):
+        counts = ape["pinning"][n]["counts"]
+        ax.bar(range(len(counts)), [c / sum(counts) for c in counts], width=1.0, fill=fill, alpha=0.6 if fill else 1,
+               color=color, edgecolor=color, label=f"n = {n}")
+    ax.axvspan(0, hi - 1, color="grey", alpha=0.15, lw=0, label="trained positions")
+    ax.set(xlim=(-1, 2 * hi + 8), xlabel="argmax key position of the query", ylabel="fraction of sequences",
+           title="3. APE pinning: where the query attends")
+    ax.legend(fontsize=7)
+
+
+def sweep_panel(ax, sweep: dict, k: int) -> None:
+    """Claim 8: every recipe's accuracy at 2x (filled) and 10x (open), one point per seed."""
+    color = STYLES["rope"]["color"]
+    names = list(sweep)
+    for i, name in enumerate(names):
+        for j, r in enumerate(sweep[name]):
+            ax.plot(i - 0.1, r["accuracy_2x"], "o", color=color, ms=4, label="2x" if i + j == 0 else None)
+            ax.plot(i + 0.1, r["accuracy_10x"], "s", color=color, mfc="none", ms=4, label="10x" if i + j == 0 else None)
+    ax.axhline(0.95, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
+    ax.set(ylim=(-0.02, 1.02), ylabel="accuracy (one point per seed)",
+           title=f"8. RoPE recipes, k = {k}: accuracy at 2x and 10x")
+    ax.legend(fontsize=7)
+
+
+def figure(data: dict):
+    """Six panels: accuracy by encoding, the carrier, dilution, APE pinning, the linear control, the sweep."""
+    hi, k = data["train_max"], data["offsets"][0]
+    runs = [r for r in data["runs"] if r["offset"] == k]
+    first = {kind(r): r for r in reversed(runs)}  # the lowest seed of each kind
+    lengths = list(runs[0]["accuracy"])
+    rope, linear = first["rope"], first["rope (linear)"]
+
+    def draw(plt):
+        fig, axes = plt.subplots(2, 3, figsize=(16, 9))
+        accuracy_panel(axes[0, 0], runs, lengths, k, hi)
+        kernel_panel(axes[0, 1], (rope["kernel"], "measured s(delta)"),
+                     (rope["carrier_fit"], f"carrier fit (R^2 {rope['carrier_r2']:.3f})"), STYLES["rope"], hi,
+                     "content-averaged logit",
+                     f"4. RoPE kernel, PR {rope['participation_ratio']:.1f}, alignment {rope['alignment']:.2f}")
+        axes[0, 1].axvline(k, color="black", ls=":", lw=0.8, label=f"k = {k}")
+        axes[0, 1].legend(fontsize=7)
+        dilution_panel(axes[0, 2], rope, lengths, k, hi)
+        pinning_panel(axes[1, 0], first["learned"], hi)
+        kernel_panel(axes[1, 1], (linear["learned_kernel"], "learned (linear attention)"),
+                     (linear["min_norm_kernel"], "min-norm interpolant"), STYLES["rope (linear)"], hi,
+                     "kernel (0 = distractors, 1 = target)",
+                     f"6. linear control: corr beyond training {linear['correlation_beyond']:.2f} (pinv cut 1e-3)")
+        sweep_panel(axes[1, 2], data["sweep"], k)
+        fig.tight_layout()
+        return fig
+
+    return draw
+
+
+def markdown(data: dict) -> str:
+    lines = ["# Paper A: why RoPE extrapolates and learned absolute positions do not", "",
+             "Paper A: \"Relative Positions Generalize, Absolute Positions Memorize\" (arXiv 2607.18759); claim 8 "
+             "is lengen's own question: which training recipe makes the head extrapolate cleanly. Every number "
+             "below was printed by the command.", "",
+             f"Command: `{data['command']}` ({data['scale']} scale), runtime {data['runtime_s']:.0f} s with "
+             f"{data['threads']} torch thread(s).", "",
+             f"Setup: retrieval over {data['symbols']} symbols (chance {1 / data['symbols']:.3f}), offsets k = "
+             f"{', '.join(map(str, data['offsets']))}, trained on lengths k+2..{data['train_max']} for "
+             f"{data['steps']} steps, seeds {', '.join(map(str, data['seeds']))}; one attention-only layer, one "
+             f"head of dim {2 * data['rope_planes']}, AdamW lr 1e-3, no weight decay. Spreads are mean [min, max] "
+             "over every seed and offset.", "",
+             "| claim | paper's prediction | measured | threshold | verdict |", "|---|---|---|---|---|"]
+    lines += [f"| {c['claim']} | {c['prediction']} | {c['measured']} | {c['threshold']} | **{c['verdict']}** |"
+              for c in data["claims"]]
+    lines += ["", "## Claim 8: the recipes, offset k = " + str(data["offsets"][0]), "",
+              "| recipe | accuracy at 2x | accuracy at 10x | highest side lobe beyond training, minus s(k) | "
+              "participation ratio |", "|---|---:|---:|---:|---:|"]
+    for name, s in data["sweep_summary"].items():
+        lines.append(f"| {name} | {fmt(s['accuracy_2x'])} | {fmt(s['accuracy_10x'])} | {fmt(s['side_lobe'])} | "
+                     f"{fmt(s['participation_ratio'], '.1f')} |")
+    lines += ["", "A side lobe above 0 means some offset never trained gets a higher logit than the target.",
+              "Figure: `results/retrieval.png`; every number: `results/retrieval.json`.", ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------------------
+
+
+def run(args) -> None:
+    """Paper A, claims 1-7 of its abstract plus lengen's regularization sweep (claim 8)."""
+    scale = scale_name(args)
+    setup, hi = SCALES[scale], RETRIEVAL_TRAIN_MAX
+    threads = args.threads or 1
+    start = time.perf_counter()
+    common = {"scale": scale, "threads": threads, "device": args.device, "samples": setup["samples"],
+              "lengths": [hi, 2 * hi, 4 * hi, 6 * hi, 8 * hi, 10 * hi], "start": time.time()}
+    models = planned_models(setup)
     results = map_jobs(fit_worker, [{**common, "name": name, "argv": argv, "analyses": analyses}
                                     for _, _, name, argv, analyses in models], args.jobs, threads)
-
     data = {"command": command_line(args),
             "scale": scale, "threads": threads, "symbols": SYMBOLS, "offsets": setup["offsets"],
             "seeds": setup["seeds"], "steps": setup["steps"], "train_max": hi, "controls": setup["controls"],
-            "rope_planes": HEAD_DIM // 2, "runs": [],
-            "transfer": [], "sweep": {"baseline": []}}
-    for (part, labels, _, _, _), result in zip(models, results):
-        if part == "runs":
-            data["runs"].append({**labels, **result["retrieval"], **result.get("linear", {})})
-            if "recipe" in result:
-                data["sweep"]["baseline"].append(result["recipe"])
-        elif part == "transfer":
-            data["transfer"].append({**labels, **result["transfer"]})
-        else:
-            data["sweep"].setdefault(labels, []).append(result["recipe"])
-    data["claims"] = retrieval_claims(data)
+            "rope_planes": HEAD_DIM // 2, **collect(models, results)}
+    data["sweep_summary"] = sweep_summary(data["sweep"])
+    data["claims"] = claims(data)
     data["runtime_s"] = time.perf_counter() - start
-    write_results("retrieval", retrieval_markdown(data, data["claims"]), data, retrieval_figure(data, lengths),
-                  args.out_dir)
+    write_results("retrieval", markdown(data), data, figure(data), args.out_dir)

@@ -22,14 +22,14 @@ from tqdm import tqdm
 
 import tasks
 import train
-from eval import (command_line, cpu_seconds, map_jobs, mean_sd, paired_gain, plot_curves, scale_name, spread,
-                  verdict, write_results)
+from eval import (THRESHOLD, beyond, command_line, cpu_seconds, fmt, line_styles, map_jobs, paired_gain,
+                  plot_curves, scale_name, seed_curve, spread, verdict, write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The setup
 # ---------------------------------------------------------------------------------------------------------
 
-# The pretrained model: a RoPE GPT (train.py's defaults: 2 layers, 2 heads, d_model 64) trained on the task at
+# The pretrained model: a RoPE GPT (train.py's defaults: 2 layers, 2 heads, dim 64) trained on the task at
 # lengths L/2..L with contiguous positions, so its original context is L. Fine-tuning keeps those lengths.
 # YaRN's factor s makes sL = 16L, the longest evaluated length; inference may stretch further (s' = 2s).
 # Randomized positions come from [0, M), M widening from L to range x L in Paper R's stages (1, 1.25, 1.5,
@@ -46,10 +46,9 @@ SCALES = {
 TASK = "latest_recall"
 TASK_OPTIONS = {"keys": 8, "values": 8, "statements": 4, "fillers": 8}  # chance 1/8; half of the facts' keys
 CONTROLS = ("copy", "retrieval")                                          # repeat, so order decides
-MULTIPLES = (1, 2, 4, 8, 16)  # evaluation lengths, as multiples of L
-THRESHOLD = 0.05  # a gain counts when it is >= 5 accuracy points on average and positive in every seed
+MULTIPLES = (1, 2, 4, 8, 16)  # evaluation lengths, as multiples of L; eval.beyond: the mean of 2L .. 16L
 
-METHODS = {  # label: (what it is, its fine-tuning flags given L, s and the range multiple)
+METHODS = {  # label: what it is (a fine-tune's train.py flags: method_flags)
     "zero-shot": "the pretrained model, no fine-tuning, plain RoPE",
     "zero-shot+yarn": "the same weights read with YaRN (factor s) at inference only",
     "ft": "plain fine-tuning: plain RoPE, contiguous positions",
@@ -59,6 +58,7 @@ METHODS = {  # label: (what it is, its fine-tuning flags given L, s and the rang
     "rpe-nocurr": "RPE without the curriculum: positions from [0, 2L) from the first step",
     "ryarn-nocurr": "Randomized YaRN without the curriculum: positions from [0, 2L) from the first step",
 }
+FINE_TUNES = list(METHODS)[2:]  # every method but the two readings of the pretrained model
 
 
 def method_flags(method: str, L: int, s: float, top: int = 2) -> list[str]:
@@ -106,13 +106,8 @@ def accuracies(run_dir: str, task: str, setup: dict, args, factor: float | None 
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The claims
+# The claims: each a seed-paired gain in accuracy beyond L (eval.beyond) of at least eval.THRESHOLD
 # ---------------------------------------------------------------------------------------------------------
-
-def beyond(acc: list[float]) -> float:
-    """A model's mean accuracy beyond L (2L .. 16L): the number every comparison below is about."""
-    return sum(acc[1:]) / len(acc[1:])
-
 
 PAPER = {  # what Paper R reports (secondary source, OOD averages on Qwen2.5-7B)
     "ryarn > yarn > ft beyond L": "trained YaRN -> Randomized YaRN: BABILong 81.3 -> 90.3, MRCR 59.3 -> 72.7; "
@@ -145,19 +140,20 @@ def claims(accuracy: dict) -> dict:
 def accuracy_table(by_method: dict, lengths: list[int]) -> list[str]:
     rows = ["| method | " + " | ".join(map(str, lengths)) + " | beyond L |", "|---|" + "---:|" * (len(lengths) + 1)]
     for method, per_seed in by_method.items():
-        cells = [mean_sd(list(a), 3) for a in zip(*per_seed)] + [mean_sd([beyond(a) for a in per_seed], 3)]
+        cells = [fmt(list(a), ".3f", "sd") for a in zip(*per_seed)] + [fmt([beyond(a) for a in per_seed], ".3f", "sd")]
         rows.append(f"| {method} | " + " | ".join(cells) + " |")
     return rows
 
 
-def markdown(data: dict) -> str:
+def header(data: dict) -> list[str]:
+    """The title, the command and what it cost, and the setup."""
     setup, L, s = data["settings"], data["settings"]["L"], data["settings"]["factor"]
     lengths = [m * L for m in MULTIPLES]
     seeds = ", ".join(map(str, setup["seeds"]))
     base = "one pretrained model shared by the fine-tuning seeds" if setup["shared_base"] else \
         "one pretrained model per seed"
     runtime = data["runtime"]
-    out = [
+    return [
         "# Randomized YaRN (Paper R, arXiv 2606.23687) on a small GPT", "",
         f"Command: `{data['command']}`  ",
         f"Runtime: {runtime['wall_s'] / 60:.1f} min wall clock, {runtime['cpu_s'] / 60:.1f} min of CPU time "
@@ -165,28 +161,38 @@ def markdown(data: dict) -> str:
         f"{runtime['cores']} cores, shared with other work).", "",
         f"**Setup.** Task `{TASK}` ({', '.join(f'{k}={v}' for k, v in TASK_OPTIONS.items())}; chance "
         f"1/{TASK_OPTIONS['values']}): facts key=value among filler, the queried key stated at least twice with "
-        f"different values, answer its latest value. A RoPE GPT (2 layers, 2 heads, d_model 64) is pretrained "
+        f"different values, answer its latest value. A RoPE GPT (2 layers, 2 heads, dim 64) is pretrained "
         f"for {setup['pretrain']} steps at lengths {L // 2}..{L} with contiguous positions ({base}), so L = {L}. "
         f"Each method then fine-tunes it for {setup['finetune']} steps at the same lengths. YaRN: s = {s} over "
         f"L (sL = {s * L}). Randomized positions: n sorted distinct ids from [0, M), M widening from L to 2L in "
         f"Paper R's stages (1, 1.25, 1.5, 2, 2 x L, equal stages), the default of train.py --llm too. Evaluation: "
         f"contiguous positions at {', '.join(map(str, lengths))}, the same {setup['samples']} sequences per "
         f"length for every model; fine-tuning seeds {seeds}. \"Beyond L\" is a model's mean accuracy at "
-        f"{', '.join(map(str, lengths[1:]))}; the sampled range ends at 2L, well inside that.", "",
-        "## Claims", "",
-        f"A claim holds when every seed-paired difference of beyond-L accuracy is >= +{THRESHOLD} on average and "
-        "> 0 in every seed (threshold fixed before the run).", "",
-        "| claim | Paper R | measured: better − worse, mean ± sd [min, max] over seeds | verdict |",
-        "|---|---|---|---|"]
-    for claim, result in data["claims"].items():
-        cells = "<br>".join(f"{g['better']} − {g['worse']} = {g['mean']:+.3f} ± {g['sd']:.3f} "
-                            f"[{g['min']:+.3f}, {g['max']:+.3f}]" for g in result["gains"])
-        out.append(f"| {claim} | {PAPER[claim]} | {cells} | **{result['verdict']}** |")
+        f"{', '.join(map(str, lengths[1:]))}; the sampled range ends at 2L, well inside that.", ""]
+
+
+def claims_table(claims_: dict) -> list[str]:
+    """The rule, then each claim with its seed-paired gains and its verdict."""
+    rows = [f"A claim holds when every seed-paired difference of beyond-L accuracy is >= +{THRESHOLD} on average and "
+            "> 0 in every seed (threshold fixed before the run).", "",
+            "| claim | Paper R | measured: better − worse, mean ± sd [min, max] over seeds | verdict |",
+            "|---|---|---|---|"]
+    for claim, result in claims_.items():
+        cells = "<br>".join(f"{g['better']} − {g['worse']} = {fmt(g, '+.3f', 'sd range')}" for g in result["gains"])
+        rows.append(f"| {claim} | {PAPER[claim]} | {cells} | **{result['verdict']}** |")
+    return rows
+
+
+def markdown(data: dict) -> str:
+    s = data["settings"]["factor"]
+    lengths = [m * data["settings"]["L"] for m in MULTIPLES]
+    out = header(data) + ["## Claims", ""] + claims_table(data["claims"])
     out += ["", f"## `{TASK}`: accuracy by length (mean ± sd over seeds)", ""]
     out += accuracy_table(data["accuracy"], lengths)
     out += ["", "Methods: " + "; ".join(f"`{m}`: {what}" for m, what in METHODS.items()) + ".", "",
             "## How far to randomize: the top of the range (ryarn)", "",
-            f"The same recipe with the range widened to 2L, 4L, ... ({', '.join(f'{r}L' for r in setup['ranges'])}); "
+            f"The same recipe with the range widened to 2L, 4L, ... "
+            f"({', '.join(f'{r}L' for r in data['settings']['ranges'])}); "
             f"and the 2L model read at inference with a larger factor s' = {2 * s}.", ""]
     out += accuracy_table(data["sweep"], lengths)
     sweep = {name: spread([beyond(a) for a in per_seed])["mean"] for name, per_seed in data["sweep"].items()}
@@ -204,24 +210,26 @@ def markdown(data: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def styles(data: dict) -> dict[str, dict]:
+    """Every label the figure draws, each alike in every panel: the methods, then the sweep's variants ("ryarn,
+    range 2L" is the ryarn model itself). Dashed: not fine-tuned; thick: the method Paper R proposes."""
+    sweep = [name for name in data["sweep"] if name != "ryarn, range 2L"]
+    out = line_styles(list(METHODS) + sweep, {"zero-shot": {"ls": "--"}, "zero-shot+yarn": {"ls": "--"},
+                                              "ryarn": {"lw": 2.5}})
+    return out | {"ryarn, range 2L": out["ryarn"]}
+
+
 def figure(data: dict):
     L, lengths = data["settings"]["L"], [m * data["settings"]["L"] for m in MULTIPLES]
-
-    def curves(by_method):  # mean over seeds, band from the worst to the best seed
-        return {m: [{"length": n, "accuracy": spread(list(a))["mean"], "low": min(a), "high": max(a)}
-                    for n, a in zip(lengths, zip(*per_seed))] for m, per_seed in by_method.items()}
+    style = styles(data)
 
     def draw(plt):
         panels = [(f"{TASK}: every method", data["accuracy"]), ("ryarn: the top of the range, and s'", data["sweep"])]
         panels += [(f"control: {task}", by) for task, by in data["controls"].items()]
         fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.4))
         for ax, (title, by_method) in zip(axes, panels):
-            plot_curves(ax, curves(by_method), "length", (L // 2, L))
-            for line in ax.get_lines():
-                if line.get_label().startswith("zero-shot"):
-                    line.set_linestyle("--")
-                if line.get_label() == "ryarn":
-                    line.set_linewidth(2.5)
+            curves = {m: seed_curve("length", lengths, per_seed) for m, per_seed in by_method.items()}
+            plot_curves(ax, curves, "length", (L // 2, L), styles=style)
             ax.axvline(2 * L, color="grey", ls=":", lw=1)  # the top of the sampled range
             ax.set_xticks(lengths, [str(n) for n in lengths])
             ax.minorticks_off()
@@ -247,30 +255,26 @@ def fit_worker(job) -> list[list[float]]:
     return [accuracies(out, task, setup, args, factor) for factor in factors]
 
 
-def run(args) -> None:
-    scale = scale_name(args)
-    setup = SCALES[scale]
-    L, s = setup["L"], setup["factor"]
-    root = os.path.join("runs", "ryarn", scale)
-    start, cpu_start = time.perf_counter(), cpu_seconds()
-    fine_tunes = list(METHODS)[2:]
-    seeds = setup["seeds"]
-    threads = args.threads or 1
+def base_dir(root: str, setup: dict, task: str, seed: int) -> str:
+    """The pretrained model a fine-tune of this seed starts from: one per seed, or one shared (the controls
+    always share theirs)."""
+    shared = task != TASK or setup["shared_base"]
+    return os.path.join(root, task, f"pretrain-s{(0 if task != TASK else setup['seeds'][0]) if shared else seed}")
 
-    def base_dir(task, seed):  # the pretrained model a fine-tune of this seed starts from
-        shared = task != TASK or setup["shared_base"]
-        return os.path.join(root, task, f"pretrain-s{(0 if task != TASK else seeds[0]) if shared else seed}")
 
-    # Two waves of independent runs (--jobs N runs N at once): the pretrained models, then the fine-tunes,
-    # which start from them. A shared base is trained and measured once, then paired with each seed.
-    bases = [(train_argv(TASK, base_dir(TASK, seed), L, setup["pretrain"], seed, args), TASK, setup, args, [None, s])
-             for seed in (seeds[:1] if setup["shared_base"] else seeds)]
-    bases += [(train_argv(task, base_dir(task, 0), L, setup["control_pretrain"], 0, args), task, setup, args, [None])
-              for task in CONTROLS]
-    tunes = []  # (key, job): key says where the accuracies go
+def planned_runs(setup: dict, root: str, args) -> tuple[list, list]:
+    """Two waves of independent runs (--jobs N runs N at once): the pretrained models, then the fine-tunes,
+    which start from them. A shared base is trained and measured once, then paired with each seed. Returns
+    (the bases' jobs, the fine-tunes' (key, job) pairs); a key says where its accuracies go."""
+    L, s, seeds = setup["L"], setup["factor"], setup["seeds"]
+    bases = [(train_argv(TASK, base_dir(root, setup, TASK, seed), L, setup["pretrain"], seed, args), TASK, setup, args,
+              [None, s]) for seed in (seeds[:1] if setup["shared_base"] else seeds)]
+    bases += [(train_argv(task, base_dir(root, setup, task, 0), L, setup["control_pretrain"], 0, args), task, setup,
+               args, [None]) for task in CONTROLS]
+    tunes = []
     for seed in seeds:
-        base = base_dir(TASK, seed)
-        for method in fine_tunes:
+        base = base_dir(root, setup, TASK, seed)
+        for method in FINE_TUNES:
             factors = [None, 2 * s] if method == "ryarn" else [None]  # ryarn is also read with s' = 2s
             tunes.append(((method, seed), (finetune_argv(TASK, os.path.join(root, TASK), base, method, setup, seed,
                                                          args), TASK, setup, args, factors)))
@@ -280,35 +284,49 @@ def run(args) -> None:
     control_setup = {**setup, "finetune": setup["control_finetune"]}
     for task in CONTROLS:
         for method in ("ft", "yarn", "ryarn"):
-            tunes.append(((task, method), (finetune_argv(task, os.path.join(root, task), base_dir(task, 0), method,
-                                                         control_setup, 0, args), task, setup, args, [None])))
-    bar = tqdm(total=len(bases) + len(tunes), desc="ryarn")
-    measured_bases = map_jobs(fit_worker, bases, args.jobs, threads, bar)
-    measured = dict(zip([key for key, _ in tunes], map_jobs(fit_worker, [job for _, job in tunes], args.jobs,
-                                                            threads, bar)))
+            tunes.append(((task, method), (finetune_argv(task, os.path.join(root, task), base_dir(root, setup, task, 0),
+                                                         method, control_setup, 0, args), task, setup, args, [None])))
+    return bases, tunes
 
-    # accuracy[method][seed] = accuracies at MULTIPLES x L; the same for the sweep and the controls
+
+def tables(setup: dict, bases: list, measured: dict) -> tuple[dict, dict, dict]:
+    """The measured runs as the claims and the writers read them: accuracy[method][seed] = accuracies at
+    MULTIPLES x L; the same for the sweep, and for the controls (one seed)."""
+    s = setup["factor"]
     accuracy = {m: [] for m in METHODS}
     sweep = {f"ryarn, range {r}L": [] for r in setup["ranges"]} | {f"ryarn, range 2L, s' = {2 * s}": []}
-    for k, seed in enumerate(seeds):
-        zero_shot = measured_bases[0 if setup["shared_base"] else k]
+    for k, seed in enumerate(setup["seeds"]):
+        zero_shot = bases[0 if setup["shared_base"] else k]
         accuracy["zero-shot"].append(zero_shot[0])
         accuracy["zero-shot+yarn"].append(zero_shot[1])
-        for method in fine_tunes:
+        for method in FINE_TUNES:
             accuracy[method].append(measured[method, seed][0])
-        sweep[f"ryarn, range {2}L"].append(accuracy["ryarn"][-1])
+        sweep["ryarn, range 2L"].append(accuracy["ryarn"][-1])
         sweep[f"ryarn, range 2L, s' = {2 * s}"].append(measured["ryarn", seed][1])
         for top in setup["ranges"][1:]:
             sweep[f"ryarn, range {top}L"].append(measured[f"ryarn, range {top}L", seed][0])
     controls = {}
-    for task, control_base in zip(CONTROLS, measured_bases[-len(CONTROLS):]):
+    for task, control_base in zip(CONTROLS, bases[-len(CONTROLS):]):
         controls[task] = {"zero-shot": [control_base[0]]}
         for method in ("ft", "yarn", "ryarn"):
             controls[task][method] = [measured[task, method][0]]
-    bar.close()
+    return accuracy, sweep, controls
+
+
+def run(args) -> None:
+    scale = scale_name(args)
+    setup = SCALES[scale]
+    start, cpu_start = time.perf_counter(), cpu_seconds()
+    threads = args.threads or 1
+    bases, tunes = planned_runs(setup, os.path.join("runs", "ryarn", scale), args)
+    with tqdm(total=len(bases) + len(tunes), desc="ryarn") as bar:
+        measured_bases = map_jobs(fit_worker, bases, args.jobs, threads, bar)
+        measured = dict(zip([key for key, _ in tunes], map_jobs(fit_worker, [job for _, job in tunes], args.jobs,
+                                                                threads, bar)))
+    accuracy, sweep, controls = tables(setup, measured_bases, measured)
     runtime = {"wall_s": round(time.perf_counter() - start, 1), "cpu_s": round(cpu_seconds() - cpu_start, 1),
                "threads": threads, "jobs": args.jobs, "cores": os.cpu_count()}
     data = {"command": command_line(args), "runtime": runtime, "scale": scale, "settings": setup, "task": TASK,
-            "task_options": TASK_OPTIONS, "lengths": [m * L for m in MULTIPLES], "threshold": THRESHOLD,
+            "task_options": TASK_OPTIONS, "lengths": [m * setup["L"] for m in MULTIPLES], "threshold": THRESHOLD,
             "accuracy": accuracy, "sweep": sweep, "controls": controls, "claims": claims(accuracy)}
     write_results("ryarn", markdown(data), data, figure(data), args.out_dir)

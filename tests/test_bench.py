@@ -13,7 +13,7 @@ def test_plain_reference_is_the_same_model():
     x = torch.randint(0, 64, (2, 16))
     for label, settings in bench.BENCH_VARIANTS:
         torch.manual_seed(0)
-        model = lengen.GPT(lengen.GPTConfig(vocab_size=64, n_layer=2, n_head=2, d_model=32, original_max_len=16,
+        model = lengen.GPT(lengen.GPTConfig(vocab_size=64, layers=2, heads=2, dim=32, original_len=16,
                                             **settings))
         with torch.no_grad():
             assert torch.allclose(model(x), bench.plain_forward(model, x), atol=1e-4), label

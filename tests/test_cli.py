@@ -168,7 +168,7 @@ def test_bad_eval_input_exits_2(trained_run, tmp_path):
         ((trained_run, "--lengths", "a,b"), "comma-separated"),
         (("--experiment", "nonsense"), "unknown experiment"),
         ((rope, "--scaling", "yarn", "--factor", "0.5"), "factor must be >= 1"),
-        ((rope, "--scaling", "yarn", "--factor", "2", "--original-len", "0"), "original_max_len > 0"),
+        ((rope, "--scaling", "yarn", "--factor", "2", "--original-len", "0"), "original_len > 0"),
         ((trained_run, "--scaling", "yarn", "--factor", "2"), "needs encoding 'rope'"),
         (("--llm", missing_llm), "no such model directory"),
         (("--llm", missing_llm, "--scaling", "yarn", "--factor", "0.5"), "factor must be >= 1"),

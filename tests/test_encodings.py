@@ -18,7 +18,7 @@ from test_positions import t5_bucket
 def test_t5_buckets_worked_numbers_and_rule():
     """Bug caught: the log-spaced part off by one bucket, the cap at the last bucket missing (distances past
     max_distance indexing beyond the table), or exact buckets extended past buckets/2."""
-    t5 = L.T5Bias(n_head=2)
+    t5 = L.T5Bias(heads=2)
     worked = {0: 0, 15: 15, 16: 16, 20: 17, 32: 21, 64: 26, 127: 31, 128: 31, 1000: 31}  # the docstring's
     assert {d: int(t5.bucket(torch.tensor(d))) for d in worked} == worked
     d = torch.arange(5000)
@@ -30,7 +30,7 @@ def test_fire_slabs_equal_one_pass():
     """Bug caught: FIRE's MLP applied in slabs of query rows that drop, repeat or misalign rows at a slab
     boundary (4096 keys x 32 hidden units make slabs of 32 rows here, so 100 queries cross three boundaries)."""
     torch.manual_seed(0)
-    fire = L.FIRE(n_head=3, threshold=40.0)
+    fire = L.FIRE(heads=3, threshold=40.0)
     q, k = torch.arange(3996, 4096), torch.arange(4096)
     with torch.no_grad():
         bias = fire.bias(q, k)  # (1, 3, 100, 4096)
@@ -43,7 +43,7 @@ def test_fire_slabs_equal_one_pass():
 
 def make(encoding, **kw):
     torch.manual_seed(0)
-    config = L.GPTConfig(vocab_size=12, n_layer=2, n_head=2, d_model=32, encoding=encoding, max_len=2048, **kw)
+    config = L.GPTConfig(vocab_size=12, layers=2, heads=2, dim=32, encoding=encoding, max_len=2048, **kw)
     model = L.GPT(config).eval()
     with torch.no_grad():  # learned biases start at or near zero: give them weight, so a shift could show
         for name, p in model.named_parameters():
@@ -68,7 +68,7 @@ def test_fire_depends_on_the_query_position_by_design():
     """FIRE divides by psi(max(L, i)): past the threshold a shift changes the bias, so it is not shift-invariant;
     without the normalisation it is. Bug caught: a normalisation that never takes effect (FIRE silently
     becoming a plain function of the distance), or one applied with the key's position."""
-    model = make("fire", original_max_len=16)
+    model = make("fire", original_len=16)
     idx = torch.randint(0, 12, (2, 24), generator=torch.Generator().manual_seed(0))
     pos = torch.arange(24)
     with torch.no_grad():
@@ -104,7 +104,7 @@ def test_bias_encodings_refuse_linear_attention():
         with pytest.raises(ValueError, match="bias inside softmax"):
             L.GPTConfig(vocab_size=8, encoding=encoding, attention="linear")
     with pytest.raises(ValueError, match="needs encoding 'rope'"):
-        L.GPTConfig(vocab_size=8, encoding="xpos", scaling="yarn", factor=2.0, original_max_len=8)
+        L.GPTConfig(vocab_size=8, encoding="xpos", scaling="yarn", factor=2.0, original_len=8)
 
 
 PROBE = """
@@ -112,7 +112,7 @@ import sys, torch, lengen
 torch.set_num_threads(1)
 encoding, length = sys.argv[1], int(sys.argv[2])
 torch.manual_seed(0)
-model = lengen.GPT(lengen.GPTConfig(vocab_size=16, n_layer=1, n_head=2, d_model=16, encoding=encoding,
+model = lengen.GPT(lengen.GPTConfig(vocab_size=16, layers=1, heads=2, dim=16, encoding=encoding,
                                     max_len=length)).eval()
 idx = torch.randint(0, 16, (1, length))
 def kib(field):

@@ -42,11 +42,12 @@ def synthetic(beyond_of):
 
 def test_verdicts_follow_the_numbers():
     """Bugs caught: a ranking read upside down, a gain counted when one seed loses, the winner's place off
-    by one. Four made-up tables where the right verdict is known."""
+    by one, a gain written without its sign or its range. Four made-up tables where the right verdict is known."""
     table = synthetic(lambda v, seed: {"nope": 0.9, "fire": 0.35, "t5": 0.8, "xpos": 0.3}.get(v.split(" ")[0], 0.4)
                       + (0.1 if v.endswith("+ rand") else 0.0))
     claims = exp.claims(table, ["copy", "reverse"])
     assert claims["randomized positions help"]["verdict"] == "reproduced"
+    assert claims["randomized positions help"]["measured"].startswith("learned +0.100 [+0.100, +0.100]; ")
     assert claims["NoPE generalizes best"]["verdict"] == "reproduced"
     assert claims["FIRE generalizes best"]["place"] == 6  # last of six
     assert claims["FIRE generalizes best"]["verdict"] == "not reproduced"

@@ -107,9 +107,9 @@ def test_gpt_with_dynamic_ntk_rotates_as_hf_dynamic():
 
     16 tokens at ids reaching 3.5 L: only the largest id tells the model how far the input stretches."""
     dim, base, context = 64, 1e4, 2048
-    gpt = L.GPT(L.GPTConfig(vocab_size=8, n_layer=1, n_head=2, d_model=2 * dim, rope_base=base,
-                            scaling="dynamic_ntk", factor=4.0, original_max_len=context))
-    plain = L.GPT(L.GPTConfig(vocab_size=8, n_layer=1, n_head=2, d_model=2 * dim, rope_base=base))
+    gpt = L.GPT(L.GPTConfig(vocab_size=8, layers=1, heads=2, dim=2 * dim, rope_base=base,
+                            scaling="dynamic_ntk", factor=4.0, original_len=context))
+    plain = L.GPT(L.GPTConfig(vocab_size=8, layers=1, heads=2, dim=2 * dim, rope_base=base))
     torch.manual_seed(0)
     q, k = torch.randn(2, 1, 2, 16, dim).unbind(0)  # (B, H, T, D)
     for top in (context, 7 * context // 2):  # inside the original context, then far beyond it

@@ -65,13 +65,13 @@ def test_dynamic_ntk_is_rope_up_to_original_length():
 
 
 def test_schedule_registry_and_errors():
-    assert set(L.SCHEDULES) == {"none", "pi", "ntk", "dynamic_ntk", "yarn"}
+    assert set(L.SCALINGS) == {"none", "pi", "ntk", "dynamic_ntk", "yarn"}
     with pytest.raises(ValueError, match="unknown rope scaling"):
-        L.schedule_frequencies("linear", 16, 1e4, 2.0)
+        L.scaling_frequencies("linear", 16, 1e4, 2.0)
     with pytest.raises(ValueError, match=">= 1"):
-        L.schedule_frequencies("yarn", 16, 1e4, 0.5, 64)
-    with pytest.raises(ValueError, match="original_max_len"):
-        L.schedule_frequencies("yarn", 16, 1e4, 2.0)
+        L.scaling_frequencies("yarn", 16, 1e4, 0.5, 64)
+    with pytest.raises(ValueError, match="original_len"):
+        L.scaling_frequencies("yarn", 16, 1e4, 2.0)
 
 
 # --- 2. rotations -----------------------------------------------------------------------------------------
@@ -207,7 +207,7 @@ def test_learned_table_guard():
 
 def make(encoding, attention="softmax", **kw):
     torch.manual_seed(0)
-    cfg = L.GPTConfig(vocab_size=12, n_layer=2, n_head=2, d_model=32, encoding=encoding, attention=attention,
+    cfg = L.GPTConfig(vocab_size=12, layers=2, heads=2, dim=32, encoding=encoding, attention=attention,
                       max_len=2048, **kw)
     return L.GPT(cfg).eval()
 
@@ -225,7 +225,7 @@ def test_shift_equivariance_of_whole_gpt(encoding, invariant):
 
 
 def test_rope_equivariant_under_random_per_row_positions():
-    model = make("rope", scaling="yarn", factor=4.0, original_max_len=64)
+    model = make("rope", scaling="yarn", factor=4.0, original_len=64)
     idx = torch.randint(0, 12, (3, 16))
     pos = L.randomized_positions(3, 16, 256, torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -330,15 +330,15 @@ def test_return_attention_gives_every_layer_and_head():
 def test_nonsense_combinations_refused():
     for kw, reason in [
         (dict(encoding="sine"), "unknown encoding"),
-        (dict(scaling="yarn", factor=4, original_max_len=64, encoding="alibi"), "needs encoding 'rope'"),
+        (dict(scaling="yarn", factor=4, original_len=64, encoding="alibi"), "needs encoding 'rope'"),
         (dict(attention="linear", encoding="alibi"), "bias inside softmax"),
         (dict(attention="linear", linear_normalised=True, encoding="rope"), "non-negative"),
         (dict(factor=0.5), ">= 1"),
-        (dict(d_model=30, n_head=4), "divisible"),
-        (dict(encoding="rope", scaling="yarn", factor=2.0), "original_max_len"),
-        (dict(n_head=0), ">= 1"),
-        (dict(encoding="sinusoidal", d_model=31, n_head=1), "must be even"),
-        (dict(encoding="rope", d_model=4, n_head=2, scaling="ntk", factor=2.0), "rotary dim > 2"),
+        (dict(dim=30, heads=4), "divisible"),
+        (dict(encoding="rope", scaling="yarn", factor=2.0), "original_len"),
+        (dict(heads=0), ">= 1"),
+        (dict(encoding="sinusoidal", dim=31, heads=1), "must be even"),
+        (dict(encoding="rope", dim=4, heads=2, scaling="ntk", factor=2.0), "rotary dim > 2"),
         (dict(encoding="rope", rope_base=1.0), "base must be > 1"),
     ]:
         with pytest.raises(ValueError, match=reason):

@@ -16,6 +16,7 @@ import train
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 import hf  # noqa: E402  (after the skip: hf is the LLM path)
+import eval as lengen_eval  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -243,7 +244,7 @@ def test_smollm2_survives_a_short_ryarn_fine_tune_and_answers_in_context(tmp_pat
     assert model.config.rope_parameters["rope_type"] == "yarn" and model.config.rope_parameters["factor"] == 4.0
     base = hf.load_llm("smollm2")[0].state_dict()
     assert any(not torch.equal(w, base[k]) for k, w in model.state_dict().items())
-    row = hf.evaluate_llm(model, tokenizer, "passkey", 1024, 1, {"depth": 0.5})
+    row = lengen_eval.evaluate_llm(model, tokenizer, "passkey", 1024, 1, {"depth": 0.5})
     assert row["accuracy"] == 1.0, row["prompts"]
 
 

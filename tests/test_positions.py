@@ -26,7 +26,7 @@ def one_layer_gpt(encoding, **settings):
     by about 1e-6 and a wrong one would hide inside the tolerance; weights of std 0.5 make it move by O(1).
     """
     torch.manual_seed(0)
-    config = L.GPTConfig(vocab_size=16, n_layer=1, n_head=2, d_model=16, mlp=False, encoding=encoding,
+    config = L.GPTConfig(vocab_size=16, layers=1, heads=2, dim=16, no_mlp=True, encoding=encoding,
                          max_len=64, **settings)
     model = L.GPT(config).eval()
     with torch.no_grad():
@@ -58,24 +58,24 @@ def by_hand(model, idx, positions):
     """The GPT's forward for one layer, token by token, from the formulas: what model(idx, positions) must give."""
     cfg = model.config
     B, T = idx.shape
-    H, D = cfg.n_head, cfg.d_model // cfg.n_head
+    H, D = cfg.heads, cfg.dim // cfg.heads
     w = {name: p.detach().double() for name, p in model.named_parameters()}
     x = w["tok.weight"][idx]  # (B, T, C)
     if cfg.encoding == "learned":  # row p of the table for position p
         x = x + w["pos.table.weight"][positions]
     if cfg.encoding == "sinusoidal":  # sin(p w_i) then cos(p w_i), w_i = 10000^(-2i/d) (arXiv 1706.03762)
-        rates = torch.tensor([10000.0 ** (-2 * i / cfg.d_model) for i in range(cfg.d_model // 2)], dtype=torch.float64)
+        rates = torch.tensor([10000.0 ** (-2 * i / cfg.dim) for i in range(cfg.dim // 2)], dtype=torch.float64)
         phase = positions.double()[..., None] * rates
         x = x + torch.cat((phase.sin(), phase.cos()), -1)
-    h = F.layer_norm(x, (cfg.d_model,), w["blocks.0.ln1.weight"], w["blocks.0.ln1.bias"])
-    q, k, v = (h @ w["blocks.0.attn.qkv.weight"].T).split(cfg.d_model, -1)
+    h = F.layer_norm(x, (cfg.dim,), w["blocks.0.ln1.weight"], w["blocks.0.ln1.bias"])
+    q, k, v = (h @ w["blocks.0.attn.qkv.weight"].T).split(cfg.dim, -1)
     if cfg.encoding in ("rope", "xpos"):
         if cfg.scaling == "none":  # theta_a = base^(-2a/D) (arXiv 2104.09864)
             theta = torch.tensor([cfg.rope_base ** (-2 * a / D) for a in range(D // 2)], dtype=torch.float64)
             scale = 1.0
         else:  # the schedules themselves are checked against Hugging Face's in test_hf_schedules.py
             longest = int(positions.max()) + 1  # dynamic NTK reads the longest position of the call
-            theta, scale = L.SCHEDULES[cfg.scaling](D, cfg.rope_base, cfg.factor, cfg.original_max_len, longest)
+            theta, scale = L.SCALINGS[cfg.scaling](D, cfg.rope_base, cfg.factor, cfg.original_len, longest)
             theta = theta.double()
     slopes = [2.0 ** (-8 * (head + 1) / H) for head in range(H)]  # ALiBi, H a power of two (arXiv 2108.12409)
     zeta = [(2 * a / D + 0.4) / 1.4 for a in range(D // 2)]  # xPos, gamma 0.4 (arXiv 2212.10554)
@@ -92,13 +92,13 @@ def by_hand(model, idx, positions):
             r1, r2 = (max(float(w[f"pos.{r}"][head]), 0.01) for r in ("r1", "r2"))
             return -r1 * math.log(1 + r2 * d)
         if cfg.encoding == "fire":  # f(psi(d) / psi(max(L, p_i))), psi(x) = ln(cx + 1) (arXiv 2310.04418)
-            c, threshold = abs(float(w["pos.c"])), abs(float(w["pos.threshold_scale"])) * cfg.original_max_len
+            c, threshold = abs(float(w["pos.c"])), abs(float(w["pos.threshold_scale"])) * cfg.original_len
             x = math.log(c * d + 1) / math.log(c * max(threshold, float(query)) + 1)
             hidden = (w["pos.mlp.0.weight"][:, 0] * x + w["pos.mlp.0.bias"]).clamp(min=0)
             return float(w["pos.mlp.2.weight"][head] @ hidden + w["pos.mlp.2.bias"][head])
         return 0.0
 
-    out = torch.zeros(B, T, cfg.d_model, dtype=torch.float64)
+    out = torch.zeros(B, T, cfg.dim, dtype=torch.float64)
     for b in range(B):
         for head in range(H):
             cols = slice(head * D, (head + 1) * D)
@@ -120,7 +120,7 @@ def by_hand(model, idx, positions):
                 weights = torch.tensor(logits, dtype=torch.float64).softmax(0)
                 out[b, i, cols] = weights @ v[b, : i + 1, cols]
     x = x + out @ w["blocks.0.attn.proj.weight"].T
-    x = F.layer_norm(x, (cfg.d_model,), w["ln_f.weight"], w["ln_f.bias"])
+    x = F.layer_norm(x, (cfg.dim,), w["ln_f.weight"], w["ln_f.bias"])
     return x @ w["head.weight"].T
 
 
@@ -128,13 +128,13 @@ ENCODINGS = [  # (encoding, GPTConfig settings)
     ("rope", {}),
     ("rope", dict(scaling="pi", factor=4.0)),
     ("rope", dict(scaling="ntk", factor=4.0)),
-    ("rope", dict(scaling="yarn", factor=4.0, original_max_len=16)),
-    ("rope", dict(scaling="dynamic_ntk", factor=4.0, original_max_len=16)),
+    ("rope", dict(scaling="yarn", factor=4.0, original_len=16)),
+    ("rope", dict(scaling="dynamic_ntk", factor=4.0, original_len=16)),
     ("alibi", {}),
     ("xpos", {}),
     ("t5", {}),
     ("kerple", {}),
-    ("fire", dict(original_max_len=16)),  # the threshold L starts at 16: queries past it are normalised
+    ("fire", dict(original_len=16)),  # the threshold L starts at 16: queries past it are normalised
     ("learned", {}),
     ("sinusoidal", {}),
 ]

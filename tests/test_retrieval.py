@@ -13,8 +13,8 @@ import lengen
 def test_rope_logits_do_not_move_when_every_position_shifts_learned_ones_do():
     idx = torch.randint(0, 16, (4, 24), generator=torch.Generator().manual_seed(0))
     torch.manual_seed(0)
-    rope = lengen.GPT(lengen.GPTConfig(vocab_size=16, n_layer=2, n_head=2, d_model=32, encoding="rope")).eval()
-    learned = lengen.GPT(lengen.GPTConfig(vocab_size=16, n_layer=2, n_head=2, d_model=32, encoding="learned",
+    rope = lengen.GPT(lengen.GPTConfig(vocab_size=16, layers=2, heads=2, dim=32, encoding="rope")).eval()
+    learned = lengen.GPT(lengen.GPTConfig(vocab_size=16, layers=2, heads=2, dim=32, encoding="learned",
                                           max_len=2048)).eval()
     assert E.equivariance_error(rope, idx, 1000) < 1e-4
     assert E.equivariance_error(learned, idx, 1000) > 1e-2

@@ -49,6 +49,40 @@ def test_quick_experiment_writes_its_results(quick_run):
         assert (tmp_path / "results" / "ryarn.png").stat().st_size > 0
 
 
+def test_markdown_writes_the_numbers_it_measured(quick_run):
+    """Bugs caught: a gain written with the wrong sign, its sd signed or left out, the range of another claim;
+    an accuracy cell that is not the seed's value (one seed: the value alone, no '± 0.000'); a beyond-L mean
+    over the wrong lengths."""
+    tmp_path, data = quick_run
+    markdown = (tmp_path / "results" / "ryarn.md").read_text()
+    for result in data["claims"].values():
+        for g in result["gains"]:
+            assert (f"{g['better']} − {g['worse']} = {g['mean']:+.3f} ± {g['sd']:.3f} "
+                    f"[{g['min']:+.3f}, {g['max']:+.3f}]") in markdown
+    (acc,) = data["accuracy"]["ft"]  # quick: one seed
+    assert "| ft | " + " | ".join(f"{a:.3f}" for a in acc) + f" | {sum(acc[1:]) / 4:.3f} |" in markdown
+
+
+def test_figure_draws_each_method_alike_in_every_panel(quick_run):
+    """Bug caught: a method's colour taken from matplotlib's colour cycle, so that it changes from panel to
+    panel with the methods beside it (ft green in one panel, orange in the next), or two methods of one panel
+    drawn alike."""
+    plt = eval.pyplot()
+    if plt is None:
+        pytest.skip("matplotlib is not installed")
+    fig = ryarn.figure(quick_run[1])(plt)
+    styles, panels = {}, []
+    for ax in fig.axes:
+        lines = {line.get_label(): (line.get_color(), line.get_linestyle()) for line in ax.get_lines()
+                 if not line.get_label().startswith("_")}
+        assert len(set(lines.values())) == len(lines), lines
+        for label, style in lines.items():
+            assert styles.setdefault(label, style) == style, label
+        panels.append(lines)
+    plt.close(fig)
+    assert sum("ft" in lines for lines in panels) >= 2  # the task's panel and the controls'
+
+
 @pytest.mark.slow  # worker processes: a fresh Python and torch each
 def test_jobs_2_writes_what_jobs_1_writes(quick_run, tmp_path):
     """Bug caught: a result that depends on where its run trained: two runs sharing a seed or a global

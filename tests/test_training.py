@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import lengen
+import runs
 import train
 
 TINY = ["--task", "retrieval", "--offset", "1", "--train-len", "8:16", "--layers", "1", "--heads", "1", "--dim", "32",
@@ -74,7 +75,7 @@ def test_learning_rate_warms_up_then_decays_to_a_tenth():
     """Bug caught: a warm-up that starts at 0 (step 0 would not learn) or overshoots, a cosine that decays to 0
     or to the wrong floor, that ends before or after the last step, or that rises again after it."""
     cfg = {"lr": 2.0, "warmup": 10, "steps": 110}
-    lr = [train.learning_rate(step, cfg) for step in range(200)]
+    lr = [runs.learning_rate(step, cfg) for step in range(200)]
     assert lr[0] == pytest.approx(0.2) and lr[4] == pytest.approx(1.0) and lr[9] == pytest.approx(2.0)  # linear
     assert lr[10] == pytest.approx(2.0)                                 # the cosine starts at the peak ...
     assert lr[60] == pytest.approx(2.0 * (0.1 + 0.9 * 0.5))             # ... is halfway down at half its length
@@ -82,7 +83,7 @@ def test_learning_rate_warms_up_then_decays_to_a_tenth():
     assert all(a >= b for a, b in zip(lr[10:], lr[11:]))
     model = lengen.GPT(lengen.GPTConfig(vocab_size=8, encoding="learned"))
     optimizer = train.make_optimizer(model, {**cfg, "wd": 0.1})
-    train.set_learning_rate(optimizer, 60, cfg)
+    runs.set_learning_rate(optimizer, 60, cfg)
     assert [g["lr"] for g in optimizer.param_groups] == [lr[60]] * 2  # decayed and undecayed groups alike
 
 
@@ -130,3 +131,18 @@ def test_learned_rows_beyond_training_keep_their_init_under_weight_decay(tmp_pat
     table_before, table_after = initial["pos.table.weight"], final["pos.table.weight"]
     assert torch.equal(table_after[16:], table_before[16:])
     assert not torch.equal(table_after[:16], table_before[:16])  # the rows in use did train
+
+
+def test_one_name_per_setting():
+    """GPTConfig's fields, config.json's keys and the command line's flags are one set of names (no layer that
+    translates between them): a field renamed in one place alone fails here. dropout and query_block are
+    GPTConfig's only, settings the command line does not offer."""
+    import dataclasses
+    fields = {f.name for f in dataclasses.fields(lengen.GPTConfig)} - {"dropout", "query_block"}
+    flags = set(vars(train.build_parser().parse_args([])))
+    assert fields <= set(runs.RUN_KEYS) and fields - {"vocab_size"} <= flags
+    cfg = {**{k: None for k in runs.RUN_KEYS}, "vocab_size": 8, "layers": 3, "heads": 2, "dim": 16, "no_mlp": True,
+           "encoding": "alibi", "rope_base": 500.0, "scaling": "none", "factor": 1.0, "original_len": 12,
+           "attention": "softmax", "linear_normalised": False, "max_len": 40}
+    config = train.model_config(cfg)
+    assert [getattr(config, k) for k in fields] == [cfg[k] for k in fields]

@@ -1,0 +1,273 @@
+"""Fine-tune a Hugging Face causal LM on short text-task samples with one of Paper R's methods, then hand the
+model to eval.py for long prompts. This is what `python train.py --llm ...` runs: train.py parses the command
+line (the same flags for both kinds of run) and hands over here; hf.py loads the model and puts the rotary
+scaling into it; dist.py spreads the work under torchrun; runs.py keeps the run folder safe.
+
+    python train.py --llm smollm2 --method ryarn --train-len 512 --steps 100
+    torchrun --nproc_per_node 4 train.py --llm DIR --method ryarn --fsdp        # DDP, or FSDP2 with --fsdp
+
+Paper R's four methods are two switches, YaRN's scaling and randomized positions (METHODS). A run writes
+config.json, log.jsonl and model/ (save_pretrained, with its rope settings, so that Hugging Face itself reloads
+it as YaRN). Importing this file never imports transformers: hf.load_llm does, when a model is loaded.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.util
+import json
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+import dist
+import hf
+import lengen
+import text_tasks
+from runs import (UsageError, beside, check_runtime, hold, open_log, prepare_run_dir, refuse_unused,
+                  set_learning_rate, swap_in, use_threads, write_config)
+
+# Paper R's methods: (YaRN scaling, randomized positions). Evaluation always uses contiguous positions.
+METHODS = {"ft": (False, False), "yarn": (True, False), "rpe": (False, True), "ryarn": (True, True)}
+
+# Defaults of an LLM fine-tune where they differ from a small GPT's (train.DEFAULTS).
+DEFAULTS = {"train_len": (512, 512), "steps": 100, "lr": 2e-5, "warmup": 10, "batch": 1}
+# YaRN's factor s when an LLM run uses YaRN (yarn, ryarn) and --factor is not given: 4, Qwen2.5's usual
+# long-context setting (Paper R does not report its s). s = 1 would be YaRN doing nothing, so it is refused.
+YARN_FACTOR = 4.0
+# Randomized positions: the range tops out at this multiple of the training sample length, and widens in
+# Paper R's stages (its one reported schedule, 8K -> 10K -> 12K -> 16K -> 16K for data under 8K).
+RANGE, RANGE_SHAPE = 2.0, "paper-r"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags only an LLM run reads, added to train.py's command line."""
+    llm = parser.add_argument_group("LLM (Paper R on a Hugging Face causal LM)")
+    llm.add_argument("--llm", default=None, metavar="smollm2|DIR|FILE.gguf|HUB_ID",
+                     help="fine-tune this model instead of a small GPT")
+    llm.add_argument("--method", default=None, choices=tuple(METHODS), help="default: ryarn")
+    llm.add_argument("--range", type=float, default=None, metavar="MULT",
+                     help=f"rpe/ryarn: positions are drawn from [0, MULT x the sample length) (default {RANGE:g}, "
+                          "Paper R's proportion)")
+    llm.add_argument("--range-shape", default=None, choices=lengen.LengthCurriculum.SHAPES,
+                     help=f"rpe/ryarn: how the range widens from 1x to MULT x the sample length (default "
+                          f"{RANGE_SHAPE}: 1, 1.25, 1.5, 2, 2 x for MULT 2, in equal stages)")
+    llm.add_argument("--no-curriculum", action="store_true",
+                     help="rpe/ryarn: the ablation: draw from the whole range from the first step")
+    llm.add_argument("--lora", type=int, default=None, metavar="R", help="LoRA rank (needs peft)")
+    llm.add_argument("--bf16", action="store_true",
+                     help="bfloat16 autocast on the CPU too (always on CUDA): ~3x faster on a CPU with AVX-512 BF16")
+    llm.add_argument("--facts", type=int, default=None, help="babilong: 1, 2 or 3 supporting facts")
+    llm.add_argument("--grad-accum", type=int, default=1, metavar="K",
+                     help="backwards per optimizer step: the global batch is batch x K x processes")
+    llm.add_argument("--fsdp", action="store_true",
+                     help="under torchrun: shard parameters, gradients and optimizer state (FSDP2) instead of DDP")
+
+
+# The options only an LLM run reads; and those both kinds read. --llm refuses every other one rather than
+# ignore it, and a small-GPT run refuses these.
+LLM_ONLY = {"method", "no_curriculum", "range", "range_shape", "lora", "facts", "bf16", "grad_accum", "fsdp"}
+LLM_FLAGS = LLM_ONLY | {"llm", "task", "train_len", "steps", "batch", "lr", "wd", "warmup", "seed", "factor", "out",
+                        "force", "resume", "device", "threads", "quiet"}
+
+
+def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
+    """The parsed command line of `train.py --llm`, checked, with every default resolved: the run's config."""
+    check_runtime(args)
+    refuse_unused(args, parser, set(vars(args)) - LLM_FLAGS, lambda flag: "is for small-GPT runs, not --llm" + (
+        ", --method chooses the scaling and positions" if flag in ("positions", "curriculum", "scaling", "encoding",
+                                                                    "max_position") else ""))
+    cfg = dict(vars(args))
+    cfg["method"] = args.method or "ryarn"
+    yarn, randomized = METHODS[cfg["method"]]
+    if not yarn and args.factor is not None:
+        raise UsageError(f"--factor is YaRN's: --method {cfg['method']} uses none (yarn and ryarn do)")
+    if not randomized:
+        refuse_unused(args, parser, ("range", "range_shape", "no_curriculum"),
+                      lambda flag: f"is for randomized positions: --method {cfg['method']} uses contiguous ones")
+    if yarn and args.factor is not None and args.factor <= 1:
+        raise UsageError(f"--factor {args.factor:g}: YaRN with s <= 1 is plain RoPE; give s > 1 "
+                         f"(default {YARN_FACTOR:g})")
+    cfg["factor"] = (args.factor or YARN_FACTOR) if yarn else 1.0
+    cfg["range"] = args.range if args.range is not None else RANGE
+    cfg["range_shape"] = args.range_shape or RANGE_SHAPE
+    if not cfg["range"] >= 1:
+        raise UsageError(f"--range {cfg['range']:g}: the range must hold the sample (>= 1 x its length)")
+    cfg["task"] = args.task or "babilong"
+    if cfg["task"] not in text_tasks.TEXT_TASKS:
+        raise UsageError(f"--llm trains on a text task ({', '.join(text_tasks.TEXT_TASKS)}), not '{cfg['task']}'")
+    options = {"facts": args.facts} if args.facts is not None else {}
+    text_tasks.make_text_sample(cfg["task"], 10 ** 6, 0, len, **options)  # unknown options fail here
+    cfg["task_options"] = options
+    if args.train_len[0] != args.train_len[1]:
+        raise UsageError("--llm takes one --train-len N (tokens per training sample)")
+    for flag in ("steps", "batch", "grad_accum"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
+    if args.lora is not None and importlib.util.find_spec("peft") is None:
+        raise UsageError("--lora needs peft: pip install peft")
+    if args.fsdp and not dist.launched():
+        raise UsageError("--fsdp shards the model over several processes: start them with torchrun "
+                         "--nproc_per_node N train.py ...")
+    if args.fsdp and not hasattr(importlib.import_module("torch.distributed.fsdp"), "fully_shard"):
+        raise UsageError(f"--fsdp needs FSDP2 (torch.distributed.fsdp.fully_shard): torch >= 2.6, not {torch.__version__}")
+    if args.fsdp and args.lora:
+        raise UsageError("--fsdp is for full fine-tuning; LoRA trains a few weights beside a frozen model: "
+                         "leave --fsdp out (DDP)")
+    cfg["out"] = args.out or os.path.join("runs", f"llm-{cfg['method']}-s{args.seed}")
+    return cfg
+
+
+def load_checked(cfg: dict, device: str):
+    """The model and tokenizer, once they are known to suit the run: a rotary model whose context holds the
+    training samples, and samples that hold the task (its question and facts) at --train-len."""
+    model, tokenizer = hf.load_llm(cfg["llm"], device)
+    if not hf.rotary_modules(model):
+        raise UsageError(f"{type(model).__name__} has no rotary embedding with inv_freq: lengen cannot patch it")
+    original, n = hf.rope_geometry(model)[2], cfg["train_len"][1]
+    if n > original:
+        raise UsageError(f"--train-len {n} is beyond the model's context of {original} tokens")
+    try:
+        hf.text_sample(tokenizer, cfg["task"], n, 0, cfg["task_options"])
+    except ValueError as e:
+        raise UsageError(f"--train-len {n}: {e}") from None
+    return model, tokenizer, original
+
+
+def trainable(model, cfg: dict, device: str):
+    """The model as it trains: activations recomputed on CUDA, LoRA adapters with --lora, wrapped in DDP or
+    FSDP2 under a launcher; and the parameters the optimizer updates (under FSDP2, this process's shards)."""
+    if torch.device(device).type == "cuda":
+        hf.checkpoint_activations(model)
+    torch.manual_seed(cfg["seed"])  # LoRA's initial weights, dropout
+    if cfg["lora"]:
+        import peft
+        model = peft.get_peft_model(model, peft.LoraConfig(r=cfg["lora"], lora_alpha=2 * cfg["lora"],
+                                                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+    model = dist.wrap(model, cfg["fsdp"], device)
+    return model, [p for p in model.parameters() if p.requires_grad]
+
+
+def step_batch(tokenizer, cfg: dict, step: int, top: int, where: torch.Generator) -> list:
+    """This process's share of step `step`'s global batch: (ids (1, T), prompt tokens, positions (1, T)) each.
+
+    The global batch is B x K x W samples, each its own forward (samples differ in length; nothing is padded).
+    Process r's k-th backward takes samples j = (k W + r) B .. + B - 1. Randomized positions (n sorted distinct
+    ids from [0, top)) are drawn from one stream in the order of j, whoever trains the sample, so that samples
+    and positions do not depend on how the batch is split (hf.step_samples says what that costs)."""
+    B, W, randomized = cfg["batch"], dist.world(), METHODS[cfg["method"]][1]
+    ours = [(j // B) % W == dist.rank() for j in range(cfg["global_batch"])]
+    try:
+        samples = hf.step_samples(tokenizer, cfg, step, ours, randomized)
+    except ValueError as e:  # sample 0 was checked, but a later sample's facts may take more tokens
+        raise UsageError(f"--train-len {cfg['train_len'][1]}: step {step}: {e}") from None
+    for j, sample in enumerate(samples):
+        if sample is not None:
+            T = sample[0].shape[1]
+            positions = lengen.randomized_positions(1, T, max(T, top), where) if randomized else torch.arange(T)[None]
+            samples[j] = (*sample, positions)
+    return [sample for sample, our in zip(samples, ours) if our]
+
+
+def train(cfg: dict, on_step=None):
+    """Fine-tune a Hugging Face causal LM on short text-task samples with one of Paper R's methods; the loss
+    is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in cfg['out'].
+    Under a launcher (torchrun) every process runs this; rank 0 alone writes (dist.py says how it spreads).
+    on_step(step, ids, positions) sees every sample this process trains."""
+    use_threads(cfg)
+    device = dist.start(cfg["device"])
+    lead = dist.rank() == 0
+    model, tokenizer, original = load_checked(cfg, device)
+    out = prepare_run_dir(cfg) if lead else None  # only now, when everything has been checked, is anything written
+    yarn, randomized = METHODS[cfg["method"]]
+    W = dist.world()
+    cfg.update(scaling="yarn" if yarn else "none", original_len=original, processes=W,
+               global_batch=cfg["batch"] * cfg["grad_accum"] * W)
+    hf.apply_llm_rope(model, cfg["scaling"], cfg["factor"])
+    # Randomized positions come from [0, M) for an n-token sample. M is a multiple of the sample length: it
+    # widens from 1x to range x (Paper R's stages by default), or is range x from the first step with
+    # --no-curriculum. Every process computes the same M from the step.
+    n = cfg["train_len"][1]
+    top = int(round(cfg["range"] * n))
+    curriculum = None if cfg["no_curriculum"] else lengen.LengthCurriculum(n, top, cfg["steps"], cfg["range_shape"])
+    model, params = trainable(model, cfg, device)
+    optimizer = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["wd"])
+    where = torch.Generator().manual_seed(cfg["seed"] + 2)
+    if lead:
+        write_config(out, cfg)
+    log = open_log(out, fresh=True) if lead else None
+    bar = tqdm(range(cfg["steps"]), disable=cfg["quiet"] or not lead, desc=os.path.basename(cfg["out"]))
+    model.train()
+    tick, tokens = time.perf_counter(), 0
+    autocast = dict(device_type=torch.device(device).type, dtype=torch.bfloat16,
+                    enabled=torch.device(device).type == "cuda" or cfg["bf16"])
+    for step in bar:
+        set_learning_rate(optimizer, step, cfg)
+        optimizer.zero_grad(set_to_none=True)
+        M = curriculum(step) if curriculum else top
+        mine, losses, highest = step_batch(tokenizer, cfg, step, M, where), [], 0
+        for i, (ids, n_prompt, positions) in enumerate(mine):
+            if on_step:
+                on_step(step, ids, positions)
+            ids, positions = ids.to(device), positions.to(device)
+            with dist.gradient_sync(model, sync=i == len(mine) - 1):
+                with torch.autocast(**autocast):
+                    logits = hf.answer_logits(model, ids, positions, n_prompt)
+                loss = F.cross_entropy(logits[0], ids[0, n_prompt:])
+                # the mean over the global batch: the processes average their gradients, so each divides by
+                # the samples it trains
+                (loss / len(mine)).backward()
+            losses.append(loss.item())
+            highest = max(highest, int(positions.max()))
+            tokens += ids.shape[1]
+        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)  # of the global batch's gradient, before clipping
+        optimizer.step()
+        loss_sum, all_tokens = dist.total([sum(losses), tokens])
+        rate = all_tokens / (time.perf_counter() - tick)
+        row = {"step": step + 1, "loss": round(loss_sum / cfg["global_batch"], 5), "range": M if randomized else None,
+               "max_position": int(dist.total([highest], "max")[0]), "grad_norm": round(dist.local(norm).item(), 6),
+               "tokens_per_s": round(rate)}
+        if lead:
+            log.write(json.dumps(row) + "\n")
+        bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}")
+    return save(model, tokenizer, cfg, out, log), tokenizer, cfg
+
+
+def save(model, tokenizer, cfg: dict, out: str | None, log):
+    """Gather the whole model (every process takes part in gathering FSDP2's shards), merge LoRA adapters into
+    it, and save it in out/model on rank 0 (out is None elsewhere). Returns the model, unwrapped, in eval mode."""
+    model = dist.unwrap(model)
+    if cfg["lora"]:
+        model = model.merge_and_unload()
+    state = dist.full_state(model)
+    if out is not None:
+        log.close()
+        model.save_pretrained(os.path.join(out, "model"), state_dict=state)
+        tokenizer.save_pretrained(os.path.join(out, "model"))
+    return model.eval()
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser, on_step=None) -> dict:
+    """`train.py --llm ...` from its parsed command line: check, fine-tune, swap the run in; {"run": dir}."""
+    if args.resume:
+        raise UsageError("--resume is for small-GPT runs; an LLM run is short: start it again with --force")
+    try:
+        cfg = resolve(args, parser)
+    except (ValueError, RuntimeError) as e:
+        raise UsageError(str(e)) from None
+    # Under a launcher only rank 0 holds and writes the run. A check that fails on rank 0 alone (the run is
+    # held, or exists) ends that process, and the launcher then ends the others (so nothing waits for the
+    # process group to be left: that would wait forever for the others).
+    lead = dist.launch_rank() == 0
+    with hold(cfg["out"]) if lead else contextlib.nullcontext():
+        model, tokenizer, cfg = train(cfg, on_step)  # builds the run beside --out (prepare_run_dir)
+        if lead:
+            swap_in(beside(cfg["out"], "new"), cfg["out"])
+    dist.stop()
+    if lead and not cfg["quiet"]:
+        print(f"saved {cfg['out']}/model ({cfg['method']}); measure it with: python eval.py {cfg['out']}")
+    return {"run": cfg["out"], "rows": []}
