@@ -296,6 +296,54 @@ def beyond(acc: list[float]) -> float:
     return sum(acc[1:]) / len(acc[1:])
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The verdict on a gain replicated over independent units (pretrained bases; prompts): four outcomes
+# ---------------------------------------------------------------------------------------------------------
+
+# Two-sided 95 % quantiles of Student's t for 1..10 degrees of freedom; beyond 10, Cornish and Fisher's
+# expansion about the normal quantile, within 0.003 of the exact value there and closer above.
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def t95(df: int) -> float:
+    if df in T95:
+        return T95[df]
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+def t_interval(values) -> tuple[float, float, float]:
+    """Mean and its 95 % t-interval over n independent units (n - 1 degrees of freedom). Honest for a handful
+    of units, where mean +- 1.96 standard errors is far too narrow: for 3 units the half-width is 4.30
+    standard errors."""
+    s = spread(values)
+    if len(s["values"]) < 2:
+        return s["mean"], float("nan"), float("nan")
+    half = t95(len(s["values"]) - 1) * s["sd"] / len(s["values"]) ** 0.5
+    return s["mean"], s["mean"] - half, s["mean"] + half
+
+
+def unit_verdict(per_unit, threshold: float) -> dict:
+    """The verdict on a claimed gain from its value on each independent unit (for a fine-tuning method, the
+    mean over fine-tuning seeds on one pretrained base), with its mean and 95 % t-interval:
+    - reproduced: >= threshold on average and positive on every unit;
+    - not reproduced (reversed): <= -threshold on average and negative on every unit;
+    - not reproduced: the interval lies below the threshold, so it excludes the claimed gain;
+    - undecided: anything else (the interval straddles the threshold, or the units disagree).
+    A verdict on models that did not learn their task is "undecided (models did not fit)": the caller says so."""
+    mean, low, high = t_interval(per_unit)
+    values = [float(v) for v in per_unit]
+    if mean >= threshold and min(values) > 0:
+        outcome = "reproduced"
+    elif mean <= -threshold and max(values) < 0:
+        outcome = "not reproduced (reversed)"
+    elif high < threshold:
+        outcome = "not reproduced"
+    else:
+        outcome = "undecided"
+    return {"per_unit": values, "mean": mean, "low": low, "high": high, "verdict": outcome}
+
+
 SCALES = ("quick", "default", "full")  # every experiment's SCALES dict has these keys
 
 

@@ -1,6 +1,6 @@
-"""Paper R (Randomized YaRN, arXiv 2606.23687) on the small GPT, tested on a task where it can win.
+"""Paper R (Randomized YaRN, arXiv 2606.23687) on the small GPT, replicated over independently pretrained bases.
 
-    python eval.py --experiment ryarn          # results/ryarn.{md,json,png}
+    python eval.py --experiment ryarn --jobs 2 --threads 1     # results/ryarn.{md,json,png}
 
 Paper R fine-tunes a model pretrained at context L on short data, giving every token a YaRN rotary encoding
 (factor s) at a position drawn from a range that a curriculum widens from the training length to about
@@ -10,47 +10,62 @@ tasks.latest_recall, facts key=value stated and restated among filler, then a ke
 value. Copy and fixed-offset retrieval are kept as controls: they define the answer by position, which is
 exactly what random gaps between positions take away.
 
-Read top to bottom: the setup and every method's train.py flags; training and measuring; the claims with
-their thresholds; the markdown and the figure; run(args).
+A claim about fine-tuning methods is a claim about what they do to a pretrained model, so the unit of
+replication is the pretrained base: several bases, each pretrained from its own seed, each fine-tuned with
+several seeds by every method. Each method's learning rate is chosen from one grid, the same for all, on
+validation sequences at L; test sequences come from a seed used nowhere else.
+
+Read top to bottom: the setup and every method's train.py flags; training and measuring; the claims and the
+rule; the markdown and the figure; run(args).
 """
 from __future__ import annotations
 
 import os
+import shlex
 import time
 
 from tqdm import tqdm
 
 import tasks
 import train
-from eval import (THRESHOLD, beyond, command_line, cpu_seconds, fmt, line_styles, map_jobs, paired_gain,
-                  plot_curves, scale_name, seed_curve, spread, verdict, write_results)
+from eval import (THRESHOLD, beyond, command_line, cpu_seconds, fmt, line_styles, map_jobs, plot_curves,
+                  scale_name, seed_curve, spread, unit_verdict, write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The setup
 # ---------------------------------------------------------------------------------------------------------
 
-# The pretrained model: a RoPE GPT (train.py's defaults: 2 layers, 2 heads, dim 64) trained on the task at
-# lengths L/2..L with contiguous positions, so its original context is L. Fine-tuning keeps those lengths.
-# YaRN's factor s makes sL = 16L, the longest evaluated length; inference may stretch further (s' = 2s).
-# Randomized positions come from [0, M), M widening from L to range x L in Paper R's stages (1, 1.25, 1.5,
-# 2, 2 x; lengen.LengthCurriculum "paper-r"); "-nocurr" draws from [0, range x L) from the first step.
-# The default shares one pretrained model among the fine-tuning seeds; "full" pretrains one per seed.
+# The pretrained bases: RoPE GPTs (train.py's defaults: 2 layers, 2 heads, dim 64) trained on the task at
+# lengths L/2..L with contiguous positions from the seeds in `bases`, so their original context is L.
+# Fine-tuning keeps those lengths, with the seeds in `seeds` on every base. YaRN's factor s makes sL = 16L,
+# the longest evaluated length; inference may stretch further (s' = 2s). Randomized positions come from
+# [0, M), M widening from L to range x L in Paper R's stages (1, 1.25, 1.5, 2, 2 x; LengthCurriculum
+# "paper-r"); "-nocurr" draws from [0, range x L) from the first step. `lrs`: the grid each method's
+# fine-tuning learning rate is chosen from, on the first base and fine-tuning seed. `fit_bar`: a base has
+# learned the task when its validation accuracy at L is at least this (chance 1/8; the quick scale's 150
+# steps reach about half, so its bar is lower: it exists for the tests).
 SCALES = {
-    "quick": dict(L=24, factor=16, pretrain=150, finetune=30, seeds=(0,), shared_base=True, samples=32,
-                  ranges=(2, 4), control_pretrain=60, control_finetune=20),
-    "default": dict(L=32, factor=16, pretrain=10000, finetune=800, seeds=(0, 1, 2), shared_base=True,
-                    samples=256, ranges=(2, 4, 8), control_pretrain=1500, control_finetune=400),
-    "full": dict(L=32, factor=16, pretrain=20000, finetune=2000, seeds=(0, 1, 2, 3, 4), shared_base=False,
-                 samples=1024, ranges=(2, 4, 8, 16), control_pretrain=4000, control_finetune=1000),
+    "quick": dict(L=24, factor=16, pretrain=150, finetune=30, bases=(0, 1), seeds=(10,), lrs=(3e-4, 1e-3),
+                  samples=32, validation_samples=32, fit_bar=0.4, ranges=(2, 4), control_bases=(0,),
+                  control_pretrain=60, control_finetune=20),
+    "default": dict(L=32, factor=16, pretrain=10000, finetune=800, bases=(0, 1, 2), seeds=(10, 11),
+                    lrs=(1e-4, 3e-4, 1e-3), samples=512, validation_samples=256, fit_bar=0.8, ranges=(2, 4, 8),
+                    control_bases=(0, 1), control_pretrain=1500, control_finetune=400),
+    "full": dict(L=32, factor=16, pretrain=20000, finetune=2000, bases=(0, 1, 2, 3, 4), seeds=(10, 11, 12),
+                 lrs=(1e-4, 3e-4, 1e-3), samples=1024, validation_samples=512, fit_bar=0.9, ranges=(2, 4, 8, 16),
+                 control_bases=(0, 1, 2), control_pretrain=4000, control_finetune=1000),
 }
 TASK = "latest_recall"
 TASK_OPTIONS = {"keys": 8, "values": 8, "statements": 4, "fillers": 8}  # chance 1/8; half of the facts' keys
 CONTROLS = ("copy", "retrieval")                                          # repeat, so order decides
 MULTIPLES = (1, 2, 4, 8, 16)  # evaluation lengths, as multiples of L; eval.beyond: the mean of 2L .. 16L
+# Evaluation sequences come from these generator seeds. Training draws its batches from seed + 1 and its
+# positions from seed + 2, with every seed above below 100, so neither stream is ever one of these.
+TEST_SEED, VALIDATION_SEED = 7_000_001, 7_000_002
 
 METHODS = {  # label: what it is (a fine-tune's train.py flags: method_flags)
     "zero-shot": "the pretrained model, no fine-tuning, plain RoPE",
-    "zero-shot+yarn": "the same weights read with YaRN (factor s) at inference only",
+    "zero-shot+yarn": "the same weights read with YaRN (factor s) at inference only (Paper R's zero-shot + YaRN)",
     "ft": "plain fine-tuning: plain RoPE, contiguous positions",
     "yarn": "fine-tuning with YaRN (factor s), contiguous positions (Paper R's \"trained YaRN\")",
     "rpe": "randomized positions with the curriculum, plain RoPE (Paper R's RPE baseline)",
@@ -88,48 +103,98 @@ def train_argv(task: str, out: str, L: int, steps: int, seed: int, args, *extra:
                                "--eval-samples", "0", "--force", "--quiet", *extra]
 
 
-def finetune_argv(task, root, base, method, setup, seed, args, top=2) -> list[str]:
+def finetune_argv(task: str, out: str, base: str, method: str, steps: int, seed: int, lr: float, setup: dict,
+                  args, top: int = 2) -> list[str]:
     """Fine-tune from the pretrained run `base`; a short warm-up, since the weights are trained already."""
-    name = method if top == 2 else f"{method}-range{top}"
-    return train_argv(task, os.path.join(root, f"{name}-s{seed}"), setup["L"], setup["finetune"], seed, args,
-                      "--init", base, "--warmup", "20", *method_flags(method, setup["L"], setup["factor"], top))
+    return train_argv(task, out, setup["L"], steps, seed, args, "--init", base, "--warmup", "20", "--lr", f"{lr:g}",
+                      *method_flags(method, setup["L"], setup["factor"], top))
 
 
-def accuracies(run_dir: str, task: str, setup: dict, args, factor: float | None = None) -> list[float]:
-    """Accuracy at every evaluated length, with contiguous positions; the same sequences for every model
-    (train.evaluate draws them from one fixed seed). factor: read the model with YaRN x factor instead."""
+def measure(run_dir: str, task: str, setup: dict, args, factor: float | None = None) -> dict:
+    """A model's test accuracy at every evaluated length (contiguous positions; the same TEST_SEED sequences
+    for every model) and its validation accuracy at L (VALIDATION_SEED). factor: read it with YaRN x factor."""
     L = setup["L"]
     overrides = {"scaling": "yarn", "factor": factor, "original_len": L} if factor else {}
     model, cfg = train.load_run(run_dir, args.device, **overrides)
-    return [train.evaluate(model, task, m * L, cfg["task_options"], setup["samples"], device=args.device)["accuracy"]
-            for m in MULTIPLES]
+
+    def accuracy(length, samples, seed):
+        return train.evaluate(model, task, length, cfg["task_options"], samples, seed, device=args.device)["accuracy"]
+    return {"test": [accuracy(m * L, setup["samples"], TEST_SEED) for m in MULTIPLES],
+            "validation": accuracy(L, setup["validation_samples"], VALIDATION_SEED)}
+
+
+def fit_worker(job) -> list[dict]:
+    """Train one run (train.py's command line `argv`), then measure it as trained and read with YaRN x each
+    factor in `factors` (None: as trained). Module-level, so that a --jobs worker process can run it; every run
+    is seeded by its own command line, so where it runs changes nothing."""
+    argv, task, setup, args, factors = job
+    out = train.run(argv)["run"]
+    return [measure(out, task, setup, args, factor) for factor in factors]
+
+
+def command(argv: list[str]) -> str:
+    """The command that retrains this one model alone, bit for bit (its base must exist: --init)."""
+    return "python train.py " + shlex.join(argv)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The claims: each a seed-paired gain in accuracy beyond L (eval.beyond) of at least eval.THRESHOLD
+# The claims and the rule (eval.unit_verdict): a gain is measured on each pretrained base as the mean over its
+# fine-tuning seeds (seed-paired where both sides are fine-tuned); the bases are the replicates.
 # ---------------------------------------------------------------------------------------------------------
 
-PAPER = {  # what Paper R reports (secondary source, OOD averages on Qwen2.5-7B)
-    "ryarn > yarn > ft beyond L": "trained YaRN -> Randomized YaRN: BABILong 81.3 -> 90.3, MRCR 59.3 -> 72.7; "
-                                  "trained YaRN above plain fine-tuning",
-    "ryarn > rpe beyond L": "RPE is the baseline Randomized YaRN beats (MRCR with the curriculum: 75.1 vs 77.3)",
-    "the curriculum helps": "without it MRCR drops by 18.3 points for RPE (75.1 -> 56.8) and by 7.9 for "
-                            "Randomized YaRN (77.3 -> 69.4)",
+
+def at_L(acc: list[float]) -> float:
+    return acc[0]
+
+
+def far_minus_near(acc: list[float]) -> float:
+    """Accuracy at 16L minus accuracy at 2L: a difference of two of these is how much a gain grows with length."""
+    return acc[-1] - acc[1]
+
+
+# name: (Paper R's words, better, worse, the measure compared). Every one is a gain of `better` over `worse`.
+CLAIMS = {
+    "ryarn > zero-shot+yarn beyond L": (
+        "Randomized YaRN beats inference-time YaRN on the model as it is (a baseline of the paper)",
+        "ryarn", "zero-shot+yarn", beyond),
+    "ryarn > yarn beyond L": ("trained YaRN -> Randomized YaRN: BABILong 81.3 -> 90.3, MRCR 59.3 -> 72.7 "
+                              "(OOD averages, Qwen2.5-7B)", "ryarn", "yarn", beyond),
+    "ryarn > ft beyond L": ("Randomized YaRN beats plain fine-tuning", "ryarn", "ft", beyond),
+    "ryarn > rpe beyond L": ("RPE is the baseline Randomized YaRN beats (MRCR with the curriculum: 75.1 vs 77.3)",
+                             "ryarn", "rpe", beyond),
+    "the curriculum helps ryarn": ("without it Randomized YaRN drops by 7.9 on MRCR (77.3 -> 69.4)",
+                                   "ryarn", "ryarn-nocurr", beyond),
+    "the curriculum helps rpe": ("without it RPE drops by 18.3 on MRCR (75.1 -> 56.8)", "rpe", "rpe-nocurr",
+                                 beyond),
+    "ryarn's gain over yarn grows with length": (
+        "the gains are largest far out of distribution (64K-128K); here: (ryarn - yarn) at 16L minus at 2L",
+        "ryarn", "yarn", far_minus_near),
+    "ryarn costs accuracy at L, against ft": ("not a claim of the paper: the price of random gaps at L itself",
+                                              "ft", "ryarn", at_L),
+    "ryarn costs accuracy at L, against yarn": ("not a claim of the paper: the price of random gaps at L itself",
+                                                "yarn", "ryarn", at_L),
 }
-CLAIMS = {"ryarn > yarn > ft beyond L": [("ryarn", "yarn"), ("yarn", "ft")],
-          "ryarn > rpe beyond L": [("ryarn", "rpe")],
-          "the curriculum helps": [("ryarn", "ryarn-nocurr"), ("rpe", "rpe-nocurr")]}
 
 
-def claims(accuracy: dict) -> dict:
-    """Each claim: its seed-paired gains beyond L and a verdict (all gains hold / some / none)."""
+def base_gains(accuracy: dict, better: str, worse: str, measure_) -> list[float]:
+    """The gain on each base: the mean over its fine-tuning seeds of measure(better) - measure(worse), seed by
+    seed; a side that was not fine-tuned (zero-shot, zero-shot+yarn) has one value per base."""
+    gains = []
+    for b_runs, w_runs in zip(accuracy[better], accuracy[worse]):
+        n = max(len(b_runs), len(w_runs))
+        pairs = [(b_runs[i % len(b_runs)], w_runs[i % len(w_runs)]) for i in range(n)]
+        gains.append(sum(measure_(b) - measure_(w) for b, w in pairs) / n)
+    return gains
+
+
+def claims(accuracy: dict, fitted: list[bool]) -> dict:
+    """Each claim's per-base gains, mean, t-interval and verdict, on the bases that learned the task."""
     out = {}
-    for claim, pairs in CLAIMS.items():
-        gains = [{"better": b, "worse": w, **paired_gain([beyond(a) for a in accuracy[b]],
-                                                         [beyond(a) for a in accuracy[w]], THRESHOLD)}
-                 for b, w in pairs]
-        out[claim] = {"gains": gains, "verdict": verdict(all(g["holds"] for g in gains),
-                                                         any(g["holds"] for g in gains))}
+    for name, (_, better, worse, measure_) in CLAIMS.items():
+        kept = {m: [runs for runs, fit in zip(accuracy[m], fitted) if fit] for m in (better, worse)}
+        result = unit_verdict(base_gains(kept, better, worse, measure_), THRESHOLD) if sum(fitted) >= 2 else \
+            {"per_unit": [], "verdict": "undecided (models did not fit)"}
+        out[name] = {"better": better, "worse": worse, **result}
     return out
 
 
@@ -137,10 +202,17 @@ def claims(accuracy: dict) -> dict:
 # The markdown and the figure
 # ---------------------------------------------------------------------------------------------------------
 
+def per_base(runs_by_base: list[list[list[float]]]) -> list[list[float]]:
+    """One accuracy list per base: the mean over that base's fine-tuning seeds at each length."""
+    return [[spread(values)["mean"] for values in zip(*runs)] for runs in runs_by_base]
+
+
 def accuracy_table(by_method: dict, lengths: list[int]) -> list[str]:
+    """Mean ± sd over bases (each base: the mean over its seeds) at each length, and beyond L."""
     rows = ["| method | " + " | ".join(map(str, lengths)) + " | beyond L |", "|---|" + "---:|" * (len(lengths) + 1)]
-    for method, per_seed in by_method.items():
-        cells = [fmt(list(a), ".3f", "sd") for a in zip(*per_seed)] + [fmt([beyond(a) for a in per_seed], ".3f", "sd")]
+    for method, runs_by_base in by_method.items():
+        bases = per_base(runs_by_base)
+        cells = [fmt(list(a), ".3f", "sd") for a in zip(*bases)] + [fmt([beyond(a) for a in bases], ".3f", "sd")]
         rows.append(f"| {method} | " + " | ".join(cells) + " |")
     return rows
 
@@ -149,9 +221,6 @@ def header(data: dict) -> list[str]:
     """The title, the command and what it cost, and the setup."""
     setup, L, s = data["settings"], data["settings"]["L"], data["settings"]["factor"]
     lengths = [m * L for m in MULTIPLES]
-    seeds = ", ".join(map(str, setup["seeds"]))
-    base = "one pretrained model shared by the fine-tuning seeds" if setup["shared_base"] else \
-        "one pretrained model per seed"
     runtime = data["runtime"]
     return [
         "# Randomized YaRN (Paper R, arXiv 2606.23687) on a small GPT", "",
@@ -161,52 +230,106 @@ def header(data: dict) -> list[str]:
         f"{runtime['cores']} cores, shared with other work).", "",
         f"**Setup.** Task `{TASK}` ({', '.join(f'{k}={v}' for k, v in TASK_OPTIONS.items())}; chance "
         f"1/{TASK_OPTIONS['values']}): facts key=value among filler, the queried key stated at least twice with "
-        f"different values, answer its latest value. A RoPE GPT (2 layers, 2 heads, dim 64) is pretrained "
-        f"for {setup['pretrain']} steps at lengths {L // 2}..{L} with contiguous positions ({base}), so L = {L}. "
-        f"Each method then fine-tunes it for {setup['finetune']} steps at the same lengths. YaRN: s = {s} over "
-        f"L (sL = {s * L}). Randomized positions: n sorted distinct ids from [0, M), M widening from L to 2L in "
-        f"Paper R's stages (1, 1.25, 1.5, 2, 2 x L, equal stages), the default of train.py --llm too. Evaluation: "
-        f"contiguous positions at {', '.join(map(str, lengths))}, the same {setup['samples']} sequences per "
-        f"length for every model; fine-tuning seeds {seeds}. \"Beyond L\" is a model's mean accuracy at "
-        f"{', '.join(map(str, lengths[1:]))}; the sampled range ends at 2L, well inside that.", ""]
+        f"different values, answer its latest value. {len(setup['bases'])} RoPE GPTs (2 layers, 2 heads, dim 64), "
+        f"the bases, are pretrained from seeds {', '.join(map(str, setup['bases']))} for {setup['pretrain']} steps "
+        f"at lengths {L // 2}..{L} with contiguous positions, so L = {L}. Every method fine-tunes every base for "
+        f"{setup['finetune']} steps at the same lengths, with seeds {', '.join(map(str, setup['seeds']))}. YaRN: "
+        f"s = {s} over L (sL = {s * L}). Randomized positions: n sorted distinct ids from [0, M), M widening from "
+        f"L to 2L in Paper R's stages (1, 1.25, 1.5, 2, 2 x L, equal stages), the default of train.py --llm too. "
+        f"Test: contiguous positions at {', '.join(map(str, lengths))}, the same {setup['samples']} sequences per "
+        f"length for every model, drawn from seed {TEST_SEED}, used nowhere in training or selection. \"Beyond "
+        f"L\" is a model's mean test accuracy at {', '.join(map(str, lengths[1:]))}; the sampled range ends at "
+        "2L, well inside that.", ""]
 
 
-def claims_table(claims_: dict) -> list[str]:
-    """The rule, then each claim with its seed-paired gains and its verdict."""
-    rows = [f"A claim holds when every seed-paired difference of beyond-L accuracy is >= +{THRESHOLD} on average and "
-            "> 0 in every seed (threshold fixed before the run).", "",
-            "| claim | Paper R | measured: better − worse, mean ± sd [min, max] over seeds | verdict |",
-            "|---|---|---|---|"]
-    for claim, result in claims_.items():
-        cells = "<br>".join(f"{g['better']} − {g['worse']} = {fmt(g, '+.3f', 'sd range')}" for g in result["gains"])
-        rows.append(f"| {claim} | {PAPER[claim]} | {cells} | **{result['verdict']}** |")
+def design_section(data: dict) -> list[str]:
+    """How this design was chosen: what was run before, what it showed, what changed, what is fixed now."""
+    return [
+        "## How this design was chosen", "",
+        "The first design fine-tuned on copy and fixed-offset retrieval (L = 16, s = 8, positions from up to 8L "
+        "with a linear curriculum, 1200 pretraining steps). Randomized YaRN did not beat trained YaRN there "
+        "(copy +0.002, retrieval -0.924 beyond L): both tasks define the answer by position, which random gaps "
+        "take away. The second design moved to `latest_recall`, a content-addressed task like Paper R's "
+        "benchmarks, with Paper R's own range (to 2L, in its stages), L = 32, s = 16 and 10000 pretraining "
+        "steps, and kept copy and retrieval as controls; it found every claim but the RPE curriculum "
+        "reproduced. But all its fine-tuning seeds shared one pretrained base and one test set, every method "
+        "used the pretraining learning rate, and on a second base most of its gains fell under the threshold. "
+        "This design keeps the task, L, s and the range, and fixes before the run: "
+        f"{len(data['settings']['bases'])} independently pretrained bases as the replicates, "
+        f"{len(data['settings']['seeds'])} fine-tuning seed(s) on each, each method's learning rate chosen at L "
+        "on validation sequences, test sequences from their own seed, the threshold and the rule below.", ""]
+
+
+def rule_section(data: dict) -> list[str]:
+    return [
+        "## The rule (fixed before the run)", "",
+        f"A gain is measured on each base as the mean over its fine-tuning seeds. A claim is **reproduced** when "
+        f"its gain is >= +{THRESHOLD} on average and positive on every base; **not reproduced (reversed)** when it "
+        f"is <= -{THRESHOLD} on average and negative on every base; **not reproduced** when the 95 % t-interval "
+        f"over bases ({len(data['settings']['bases']) - 1} degree(s) of freedom) lies below +{THRESHOLD}; "
+        f"**undecided** otherwise. Only bases that learned the task (validation accuracy at L >= "
+        f"{data['fit_bar']}) count; "
+        "with fewer than two, every verdict is undecided (models did not fit).", ""]
+
+
+def claims_table(data: dict) -> list[str]:
+    rows = ["| claim | Paper R | gain per base | mean [95 % t-interval] | verdict |", "|---|---|---|---|---|"]
+    for name, result in data["claims"].items():
+        per = ", ".join(f"{g:+.3f}" for g in result["per_unit"]) or "-"
+        interval = f"{result['mean']:+.3f} [{result['low']:+.3f}, {result['high']:+.3f}]" if result["per_unit"] \
+            else "-"
+        rows.append(f"| {name} ({result['better']} − {result['worse']}) | {CLAIMS[name][0]} | {per} | {interval} | "
+                    f"**{result['verdict']}** |")
     return rows
 
 
+def selection_section(data: dict) -> list[str]:
+    """The learning-rate grid: validation accuracy at L (what chose), and beyond L (shown, never used to choose)."""
+    lrs = data["settings"]["lrs"]
+    rows = ["## Learning rates, chosen at L", "",
+            f"Each method fine-tuned base {data['settings']['bases'][0]} (seed {data['settings']['seeds'][0]}) at "
+            f"every learning rate of the grid; the one with the best validation accuracy at L (seed "
+            f"{VALIDATION_SEED}, {data['settings']['validation_samples']} sequences) is used everywhere. Beyond L "
+            "is shown for the record; it chose nothing.", "",
+            "| method | " + " | ".join(f"lr {lr:g}: at L / beyond L" for lr in lrs) + " | chosen |",
+            "|---|" + "---|" * (len(lrs) + 1)]
+    for method, grid in data["learning_rates"]["grid"].items():
+        cells = [f"{grid[f'{lr:g}']['validation']:.3f} / {grid[f'{lr:g}']['beyond']:.3f}" for lr in lrs]
+        rows.append(f"| {method} | " + " | ".join(cells) + f" | {data['learning_rates']['chosen'][method]:g} |")
+    return rows + [""]
+
+
+def fit_line(data: dict) -> str:
+    fits = ", ".join(f"base {b}: {v:.3f}" for b, v in zip(data["settings"]["bases"], data["base_validation"]))
+    return f"Validation accuracy at L of the bases (the fit bar is {data['fit_bar']}): {fits}."
+
+
 def markdown(data: dict) -> str:
-    s = data["settings"]["factor"]
-    lengths = [m * data["settings"]["L"] for m in MULTIPLES]
-    out = header(data) + ["## Claims", ""] + claims_table(data["claims"])
-    out += ["", f"## `{TASK}`: accuracy by length (mean ± sd over seeds)", ""]
+    s, lengths = data["settings"]["factor"], data["lengths"]
+    out = header(data) + design_section(data) + rule_section(data) + ["## Claims", ""] + claims_table(data)
+    out += ["", fit_line(data), "", f"## `{TASK}`: test accuracy by length (mean ± sd over bases)", ""]
     out += accuracy_table(data["accuracy"], lengths)
-    out += ["", "Methods: " + "; ".join(f"`{m}`: {what}" for m, what in METHODS.items()) + ".", "",
-            "## How far to randomize: the top of the range (ryarn)", "",
-            f"The same recipe with the range widened to 2L, 4L, ... "
-            f"({', '.join(f'{r}L' for r in data['settings']['ranges'])}); "
-            f"and the 2L model read at inference with a larger factor s' = {2 * s}.", ""]
+    out += ["", "Methods: " + "; ".join(f"`{m}`: {what}" for m, what in METHODS.items()) + ".", ""]
+    out += selection_section(data)
+    out += ["## How far to randomize: the top of the range (ryarn)", "",
+            f"The same recipe with the range widened to {', '.join(f'{r}L' for r in data['settings']['ranges'])} "
+            f"(fine-tuning seed {data['settings']['seeds'][0]} on every base); and the 2L models read at inference "
+            f"with a larger factor s' = {2 * s}.", ""]
     out += accuracy_table(data["sweep"], lengths)
-    sweep = {name: spread([beyond(a) for a in per_seed])["mean"] for name, per_seed in data["sweep"].items()}
+    sweep = {name: spread([beyond(a) for a in per_base(runs)])["mean"] for name, runs in data["sweep"].items()}
     best = max(sweep, key=sweep.get)
     out += ["", f"Best beyond L: `{best}` ({sweep[best]:.3f}).", "",
             "## Controls: copy and fixed-offset retrieval", "",
             "Both define the answer by position, which is what random gaps take away: in copy the i-th output is "
             "the token exactly n + 1 places back, in retrieval the token exactly k places back, and with gaps "
             "between positions \"n + 1 places back\" no longer has one rotary phase. Randomized positions are "
-            "not expected to help here. One seed, one pretrained model each.", ""]
+            f"not expected to help here. Bases {', '.join(map(str, data['settings']['control_bases']))}, one "
+            "fine-tuning seed, each method at its learning rate from the main task.", ""]
     for task, by_method in data["controls"].items():
         out += [f"### {task} (chance 1/{tasks.task_options(task)['symbols']})", ""]
         out += accuracy_table(by_method, lengths) + [""]
-    out += ["Every number: `results/ryarn.json`. Figure: `results/ryarn.png`."]
+    out += [f"Every number: `results/ryarn.json`; every model's own command, to retrain it alone: its `commands` "
+            f"({len(data['commands'])} models). Figure: `results/ryarn.png`."]
     return "\n".join(out) + "\n"
 
 
@@ -220,7 +343,7 @@ def styles(data: dict) -> dict[str, dict]:
 
 
 def figure(data: dict):
-    L, lengths = data["settings"]["L"], [m * data["settings"]["L"] for m in MULTIPLES]
+    L, lengths = data["settings"]["L"], data["lengths"]
     style = styles(data)
 
     def draw(plt):
@@ -228,14 +351,14 @@ def figure(data: dict):
         panels += [(f"control: {task}", by) for task, by in data["controls"].items()]
         fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.4))
         for ax, (title, by_method) in zip(axes, panels):
-            curves = {m: seed_curve("length", lengths, per_seed) for m, per_seed in by_method.items()}
+            curves = {m: seed_curve("length", lengths, per_base(runs)) for m, runs in by_method.items()}
             plot_curves(ax, curves, "length", (L // 2, L), styles=style)
             ax.axvline(2 * L, color="grey", ls=":", lw=1)  # the top of the sampled range
             ax.set_xticks(lengths, [str(n) for n in lengths])
             ax.minorticks_off()
             ax.set_title(title, fontsize=9)
         fig.suptitle(f"Randomized YaRN on a small GPT (L = {L}, s = {data['settings']['factor']}; dotted: top of "
-                     f"the sampled range; bands: min-max over seeds)", fontsize=10)
+                     f"the sampled range; lines: mean over bases, bands: min-max over bases)", fontsize=10)
         fig.tight_layout()
         return fig
 
@@ -243,90 +366,119 @@ def figure(data: dict):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The run
+# The run: three waves of independent runs (--jobs N runs N at once), each needing the one before: the bases;
+# the learning-rate grid on the first base; every other fine-tune at the chosen rates.
 # ---------------------------------------------------------------------------------------------------------
 
-def fit_worker(job) -> list[list[float]]:
-    """Train one run (train.py's command line `argv`), then measure it: its accuracies as trained, and read
-    with YaRN x each factor in `factors` (None: as trained). Module-level, so that a --jobs worker process
-    can run it; every run is seeded by its own command line, so where it runs changes nothing."""
-    argv, task, setup, args, factors = job
-    out = train.run(argv)["run"]
-    return [accuracies(out, task, setup, args, factor) for factor in factors]
 
-
-def base_dir(root: str, setup: dict, task: str, seed: int) -> str:
-    """The pretrained model a fine-tune of this seed starts from: one per seed, or one shared (the controls
-    always share theirs)."""
-    shared = task != TASK or setup["shared_base"]
-    return os.path.join(root, task, f"pretrain-s{(0 if task != TASK else setup['seeds'][0]) if shared else seed}")
-
-
-def planned_runs(setup: dict, root: str, args) -> tuple[list, list]:
-    """Two waves of independent runs (--jobs N runs N at once): the pretrained models, then the fine-tunes,
-    which start from them. A shared base is trained and measured once, then paired with each seed. Returns
-    (the bases' jobs, the fine-tunes' (key, job) pairs); a key says where its accuracies go."""
-    L, s, seeds = setup["L"], setup["factor"], setup["seeds"]
-    bases = [(train_argv(TASK, base_dir(root, setup, TASK, seed), L, setup["pretrain"], seed, args), TASK, setup, args,
-              [None, s]) for seed in (seeds[:1] if setup["shared_base"] else seeds)]
-    bases += [(train_argv(task, base_dir(root, setup, task, 0), L, setup["control_pretrain"], 0, args), task, setup,
-               args, [None]) for task in CONTROLS]
-    tunes = []
-    for seed in seeds:
-        base = base_dir(root, setup, TASK, seed)
-        for method in FINE_TUNES:
-            factors = [None, 2 * s] if method == "ryarn" else [None]  # ryarn is also read with s' = 2s
-            tunes.append(((method, seed), (finetune_argv(TASK, os.path.join(root, TASK), base, method, setup, seed,
-                                                         args), TASK, setup, args, factors)))
-        for top in setup["ranges"][1:]:
-            tunes.append(((f"ryarn, range {top}L", seed), (finetune_argv(
-                TASK, os.path.join(root, TASK), base, "ryarn", setup, seed, args, top), TASK, setup, args, [None])))
-    control_setup = {**setup, "finetune": setup["control_finetune"]}
+def base_runs(setup: dict, root: str, args) -> dict:
+    """name -> job of every pretrained model: the bases of the main task, then the controls'."""
+    jobs = {f"base-{b}": (train_argv(TASK, os.path.join(root, TASK, f"base-{b}"), setup["L"], setup["pretrain"], b,
+                                     args), TASK, setup, args, [None, setup["factor"]]) for b in setup["bases"]}
     for task in CONTROLS:
-        for method in ("ft", "yarn", "ryarn"):
-            tunes.append(((task, method), (finetune_argv(task, os.path.join(root, task), base_dir(root, setup, task, 0),
-                                                         method, control_setup, 0, args), task, setup, args, [None])))
-    return bases, tunes
+        jobs |= {f"{task}-base-{b}": (train_argv(task, os.path.join(root, task, f"base-{b}"), setup["L"],
+                                                 setup["control_pretrain"], b, args), task, setup, args, [None])
+                 for b in setup["control_bases"]}
+    return jobs
 
 
-def tables(setup: dict, bases: list, measured: dict) -> tuple[dict, dict, dict]:
-    """The measured runs as the claims and the writers read them: accuracy[method][seed] = accuracies at
-    MULTIPLES x L; the same for the sweep, and for the controls (one seed)."""
-    s = setup["factor"]
-    accuracy = {m: [] for m in METHODS}
-    sweep = {f"ryarn, range {r}L": [] for r in setup["ranges"]} | {f"ryarn, range 2L, s' = {2 * s}": []}
-    for k, seed in enumerate(setup["seeds"]):
-        zero_shot = bases[0 if setup["shared_base"] else k]
-        accuracy["zero-shot"].append(zero_shot[0])
-        accuracy["zero-shot+yarn"].append(zero_shot[1])
-        for method in FINE_TUNES:
-            accuracy[method].append(measured[method, seed][0])
-        sweep["ryarn, range 2L"].append(accuracy["ryarn"][-1])
-        sweep[f"ryarn, range 2L, s' = {2 * s}"].append(measured["ryarn", seed][1])
+def grid_runs(setup: dict, root: str, args) -> dict:
+    """(method, lr) -> job: every method at every learning rate on the first base and fine-tuning seed."""
+    b, seed = setup["bases"][0], setup["seeds"][0]
+    return {(method, lr): (finetune_argv(TASK, os.path.join(root, TASK, f"lr{lr:g}", f"{method}-b{b}-s{seed}"),
+                                         os.path.join(root, TASK, f"base-{b}"), method, setup["finetune"], seed, lr,
+                                         setup, args), TASK, setup, args, [None, 2 * setup["factor"]])
+            for method in FINE_TUNES for lr in setup["lrs"]}
+
+
+def tune_runs(setup: dict, root: str, args, lr: dict) -> dict:
+    """name -> job of every other fine-tune, at each method's chosen learning rate: every method on every base
+    and seed (but the grid's own), the wider ranges for ryarn, the controls."""
+    jobs, first = {}, (setup["bases"][0], setup["seeds"][0])
+    for b in setup["bases"]:
+        base = os.path.join(root, TASK, f"base-{b}")
+        for seed in setup["seeds"]:
+            for method in FINE_TUNES if (b, seed) != first else ():
+                jobs[f"{method}-b{b}-s{seed}"] = (finetune_argv(
+                    TASK, os.path.join(root, TASK, f"{method}-b{b}-s{seed}"), base, method, setup["finetune"], seed,
+                    lr[method], setup, args), TASK, setup, args, [None, 2 * setup["factor"]] if method == "ryarn"
+                    else [None])
         for top in setup["ranges"][1:]:
-            sweep[f"ryarn, range {top}L"].append(measured[f"ryarn, range {top}L", seed][0])
-    controls = {}
-    for task, control_base in zip(CONTROLS, bases[-len(CONTROLS):]):
-        controls[task] = {"zero-shot": [control_base[0]]}
-        for method in ("ft", "yarn", "ryarn"):
-            controls[task][method] = [measured[task, method][0]]
-    return accuracy, sweep, controls
+            name = f"ryarn-range{top}L-b{b}-s{setup['seeds'][0]}"
+            jobs[name] = (finetune_argv(TASK, os.path.join(root, TASK, name), base, "ryarn", setup["finetune"],
+                                        setup["seeds"][0], lr["ryarn"], setup, args, top), TASK, setup, args, [None])
+    for task in CONTROLS:
+        for b in setup["control_bases"]:
+            for method in ("ft", "yarn", "ryarn"):
+                jobs[f"{task}-{method}-b{b}"] = (finetune_argv(
+                    task, os.path.join(root, task, f"{method}-b{b}"), os.path.join(root, task, f"base-{b}"), method,
+                    setup["control_finetune"], setup["seeds"][0], lr[method], setup, args), task, setup, args, [None])
+    return jobs
+
+
+def run_all(jobs: dict, args, bar) -> dict:
+    return dict(zip(jobs, map_jobs(fit_worker, list(jobs.values()), args.jobs, args.threads or 1, bar)))
+
+
+def choose(grid: dict, setup: dict) -> dict:
+    """Each method's learning rate: the best validation accuracy at L (ties: the smaller rate)."""
+    return {m: max(setup["lrs"], key=lambda lr: (grid[m, lr][0]["validation"], -lr)) for m in FINE_TUNES}
+
+
+def tables(setup: dict, bases: dict, grid: dict, lr: dict, tunes: dict) -> dict:
+    """The measured runs as the claims and the writers read them: accuracy[method][base][seed] = test
+    accuracies at MULTIPLES x L (one 'seed' for the two readings of a base); the same for the sweep, and for
+    the controls (one seed)."""
+    s, first = setup["factor"], setup["seeds"][0]
+
+    def tuned(method, b, seed):  # the grid's run of the chosen rate stands for its (base, seed)
+        return grid[method, lr[method]] if (b, seed) == (setup["bases"][0], first) else tunes[f"{method}-b{b}-s{seed}"]
+    accuracy = {"zero-shot": [[bases[f"base-{b}"][0]["test"]] for b in setup["bases"]],
+                "zero-shot+yarn": [[bases[f"base-{b}"][1]["test"]] for b in setup["bases"]]}
+    accuracy |= {m: [[tuned(m, b, seed)[0]["test"] for seed in setup["seeds"]] for b in setup["bases"]]
+                 for m in FINE_TUNES}
+    sweep = {"ryarn, range 2L": [[tuned("ryarn", b, first)[0]["test"]] for b in setup["bases"]]}
+    sweep |= {f"ryarn, range {top}L": [[tunes[f"ryarn-range{top}L-b{b}-s{first}"][0]["test"]] for b in setup["bases"]]
+              for top in setup["ranges"][1:]}
+    sweep[f"ryarn, range 2L, s' = {2 * s}"] = [[tuned("ryarn", b, first)[1]["test"]] for b in setup["bases"]]
+    controls = {task: {"zero-shot": [[bases[f"{task}-base-{b}"][0]["test"]] for b in setup["control_bases"]]}
+                | {m: [[tunes[f"{task}-{m}-b{b}"][0]["test"]] for b in setup["control_bases"]]
+                   for m in ("ft", "yarn", "ryarn")} for task in CONTROLS}
+    learning_rates = {"chosen": lr, "grid": {m: {f"{r:g}": {"validation": grid[m, r][0]["validation"],
+                                                            "beyond": beyond(grid[m, r][0]["test"])}
+                                                 for r in setup["lrs"]} for m in FINE_TUNES}}
+    return {"accuracy": accuracy, "sweep": sweep, "controls": controls, "learning_rates": learning_rates,
+            "base_validation": [bases[f"base-{b}"][0]["validation"] for b in setup["bases"]]}
+
+
+def commands(setup: dict, bases: dict, grid: dict, tunes: dict) -> dict:
+    """name -> the train.py command of every model this experiment trained (base-0, ryarn-b1-s10, ...; the grid's
+    runs on the first base and seed end in their learning rate: ryarn-b0-s10-lr0.001)."""
+    b, seed = setup["bases"][0], setup["seeds"][0]
+    out = {name: command(job[0]) for name, job in bases.items()}
+    out |= {f"{m}-b{b}-s{seed}-lr{lr:g}": command(job[0]) for (m, lr), job in grid.items()}
+    return out | {name: command(job[0]) for name, job in tunes.items()}
 
 
 def run(args) -> None:
     scale = scale_name(args)
     setup = SCALES[scale]
+    root = os.path.join("runs", "ryarn", scale)
     start, cpu_start = time.perf_counter(), cpu_seconds()
-    threads = args.threads or 1
-    bases, tunes = planned_runs(setup, os.path.join("runs", "ryarn", scale), args)
-    with tqdm(total=len(bases) + len(tunes), desc="ryarn") as bar:
-        measured_bases = map_jobs(fit_worker, bases, args.jobs, threads, bar)
-        measured = dict(zip([key for key, _ in tunes], map_jobs(fit_worker, [job for _, job in tunes], args.jobs,
-                                                                threads, bar)))
-    accuracy, sweep, controls = tables(setup, measured_bases, measured)
-    runtime = {"wall_s": round(time.perf_counter() - start, 1), "cpu_s": round(cpu_seconds() - cpu_start, 1),
-               "threads": threads, "jobs": args.jobs, "cores": os.cpu_count()}
-    data = {"command": command_line(args), "runtime": runtime, "scale": scale, "settings": setup, "task": TASK,
+    base_jobs, grid_jobs = base_runs(setup, root, args), grid_runs(setup, root, args)
+    n_tunes = len(tune_runs(setup, root, args, dict.fromkeys(FINE_TUNES, setup["lrs"][0])))
+    with tqdm(total=len(base_jobs) + len(grid_jobs) + n_tunes, desc="ryarn") as bar:
+        bases = run_all(base_jobs, args, bar)
+        grid = run_all(grid_jobs, args, bar)
+        lr = choose(grid, setup)
+        tune_jobs = tune_runs(setup, root, args, lr)
+        tunes = run_all(tune_jobs, args, bar)
+    data = {"command": command_line(args), "scale": scale, "settings": setup, "task": TASK,
             "task_options": TASK_OPTIONS, "lengths": [m * setup["L"] for m in MULTIPLES], "threshold": THRESHOLD,
-            "accuracy": accuracy, "sweep": sweep, "controls": controls, "claims": claims(accuracy)}
+            "fit_bar": setup["fit_bar"], "test_seed": TEST_SEED, "validation_seed": VALIDATION_SEED,
+            **tables(setup, bases, grid, lr, tunes)}
+    data["claims"] = claims(data["accuracy"], [v >= setup["fit_bar"] for v in data["base_validation"]])
+    data["commands"] = commands(setup, base_jobs, grid_jobs, tune_jobs)
+    data["runtime"] = {"wall_s": round(time.perf_counter() - start, 1), "cpu_s": round(cpu_seconds() - cpu_start, 1),
+                       "threads": args.threads or 1, "jobs": args.jobs, "cores": os.cpu_count()}
     write_results("ryarn", markdown(data), data, figure(data), args.out_dir)

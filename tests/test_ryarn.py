@@ -1,6 +1,10 @@
-"""The ryarn experiment (Paper R on the small GPT): its quick run, and the positions its training loop used."""
+"""The ryarn experiment (Paper R on the small GPT): its quick run, its verdict rule, its replayable commands, and
+the positions its training loop used."""
 import importlib.util
 import json
+import shlex
+import subprocess
+import sys
 import types
 
 import pytest
@@ -30,37 +34,104 @@ def quick_run(tmp_path_factory):
 
 
 def test_quick_experiment_writes_its_results(quick_run):
-    """Bugs caught: a method or a length missing from the tables; inference-time YaRN not applied (zero-shot
-    and zero-shot+yarn identical); a pretrained model that learned nothing; a claim without a verdict."""
+    """Bugs caught: a method, a base or a length missing from the tables; inference-time YaRN not applied
+    (zero-shot and zero-shot+yarn identical); bases that are one model (the same accuracies); a pretrained
+    model that learned nothing; a claim without a verdict; a learning rate chosen outside the grid."""
     tmp_path, data = quick_run
-    L = QUICK["L"]
+    L, bases, seeds = QUICK["L"], QUICK["bases"], QUICK["seeds"]
     assert data["lengths"] == [L, 2 * L, 4 * L, 8 * L, 16 * L]
     assert list(data["accuracy"]) == list(ryarn.METHODS)
-    for per_seed in [*data["accuracy"].values(), *data["sweep"].values()]:
-        assert len(per_seed) == len(QUICK["seeds"]) and all(len(acc) == 5 for acc in per_seed)
-        assert all(0 <= a <= 1 for acc in per_seed for a in acc)
+    for method, runs in data["accuracy"].items():
+        assert len(runs) == len(bases)
+        assert all(len(r) == (1 if method.startswith("zero-shot") else len(seeds)) for r in runs)
+        assert all(len(acc) == 5 and all(0 <= a <= 1 for a in acc) for r in runs for acc in r)
     assert data["accuracy"]["zero-shot"] != data["accuracy"]["zero-shot+yarn"]
-    assert data["accuracy"]["zero-shot"][0][0] > 0.3  # well above chance (1/8) at L, even at this size
+    assert data["accuracy"]["zero-shot"][0] != data["accuracy"]["zero-shot"][1]  # independent bases
+    assert data["accuracy"]["zero-shot"][0][0][0] > 0.3  # well above chance (1/8) at L, even at this size
     assert set(data["controls"]) == set(ryarn.CONTROLS)
-    assert {c["verdict"] for c in data["claims"].values()} <= {"reproduced", "partly reproduced", "not reproduced"}
+    assert set(data["claims"]) == set(ryarn.CLAIMS)
+    assert {c["verdict"] for c in data["claims"].values()} <= {
+        "reproduced", "not reproduced", "not reproduced (reversed)", "undecided", "undecided (models did not fit)"}
+    assert set(data["learning_rates"]["chosen"].values()) <= set(QUICK["lrs"])
     markdown = (tmp_path / "results" / "ryarn.md").read_text()
     assert "python eval.py --experiment ryarn --quick --threads 1" in markdown and "Runtime" in markdown
+    assert markdown.index("## The rule") < markdown.index("## Claims") < markdown.index("test accuracy by length")
     if importlib.util.find_spec("matplotlib"):  # figures are optional: without matplotlib the run says so
         assert (tmp_path / "results" / "ryarn.png").stat().st_size > 0
 
 
-def test_markdown_writes_the_numbers_it_measured(quick_run):
-    """Bugs caught: a gain written with the wrong sign, its sd signed or left out, the range of another claim;
-    an accuracy cell that is not the seed's value (one seed: the value alone, no '± 0.000'); a beyond-L mean
-    over the wrong lengths."""
-    tmp_path, data = quick_run
-    markdown = (tmp_path / "results" / "ryarn.md").read_text()
-    for result in data["claims"].values():
-        for g in result["gains"]:
-            assert (f"{g['better']} − {g['worse']} = {g['mean']:+.3f} ± {g['sd']:.3f} "
-                    f"[{g['min']:+.3f}, {g['max']:+.3f}]") in markdown
-    (acc,) = data["accuracy"]["ft"]  # quick: one seed
-    assert "| ft | " + " | ".join(f"{a:.3f}" for a in acc) + f" | {sum(acc[1:]) / 4:.3f} |" in markdown
+def test_claims_are_measured_per_base(quick_run):
+    """Bugs caught: a gain taken over all runs pooled instead of per base; the zero-shot side not paired with
+    every seed; a claim's interval from another claim; the grid's chosen run not standing for its base."""
+    data = quick_run[1]
+    for name, (_, better, worse, measure) in ryarn.CLAIMS.items():
+        result = data["claims"][name]
+        if result["verdict"] == "undecided (models did not fit)":
+            continue
+        want = [sum(measure(b) - measure(w) for b in bs for w in ws) / (len(bs) * len(ws))
+                for bs, ws in zip(data["accuracy"][better], data["accuracy"][worse])]  # one seed at this scale
+        assert result["per_unit"] == pytest.approx(want)
+        assert result["mean"] == pytest.approx(sum(want) / len(want))
+    lr = data["learning_rates"]["chosen"]["ryarn"]
+    beyond_grid = data["learning_rates"]["grid"]["ryarn"][f"{lr:g}"]["beyond"]
+    assert eval.beyond(data["accuracy"]["ryarn"][0][0]) == pytest.approx(beyond_grid)
+
+
+def test_verdict_rule_on_made_up_gains():
+    """Bugs caught: a gain that holds on average while one base goes the other way called reproduced; z
+    intervals (1.96 standard errors) for 3 bases, far too narrow; a failed reproduction from an interval that
+    still allows the claim; a consistent loss not called reversed."""
+    v = eval.unit_verdict([0.12, 0.10, -0.01], 0.05)  # positive on two bases, negative on the third
+    assert v["mean"] >= 0.05 and v["verdict"] == "undecided"
+    assert eval.unit_verdict([0.12, 0.10, 0.02], 0.05)["verdict"] == "reproduced"
+    assert eval.unit_verdict([-0.10, -0.08, -0.12], 0.05)["verdict"] == "not reproduced (reversed)"
+    assert eval.unit_verdict([0.01, 0.00, 0.02], 0.05)["verdict"] == "not reproduced"  # interval below +0.05
+    assert eval.unit_verdict([0.04, -0.03, 0.08], 0.05)["verdict"] == "undecided"      # it straddles +0.05
+    values = [0.10, 0.04, 0.07]
+    mean, low, high = eval.t_interval(values)
+    sd = eval.spread(values)["sd"]
+    assert high - mean == pytest.approx(4.303 * sd / 3 ** 0.5, rel=1e-3)  # t with 2 degrees of freedom
+    assert high - mean > 2 * 1.96 * sd / 3 ** 0.5                         # more than twice the z half-width
+    assert eval.t95(30) == pytest.approx(2.042, abs=0.003) and eval.t95(1000) == pytest.approx(1.962, abs=0.003)
+
+
+def test_bases_that_did_not_fit_leave_every_claim_undecided():
+    """Bug caught: a verdict (above all "not reproduced") resting on pretrained models that never learned the
+    task at L."""
+    acc = {m: [[[0.5, 0.1, 0.1, 0.1, 0.1]], [[0.5, 0.1, 0.1, 0.1, 0.1]], [[0.5, 0.1, 0.1, 0.1, 0.1]]]
+           for m in ryarn.METHODS}
+    out = ryarn.claims(acc, [True, False, False])
+    assert {c["verdict"] for c in out.values()} == {"undecided (models did not fit)"}
+    assert {c["verdict"] for c in ryarn.claims(acc, [True, True, True]).values()} == {"not reproduced"}
+
+
+def test_every_model_replays_from_its_command(quick_run, tmp_path):
+    """Bug caught: a recorded command that is not the one the experiment ran (a flag or the learning rate left
+    out), so that retraining a model alone gives other weights."""
+    folder, data = quick_run
+    assert {"base-0", "base-1", f"ryarn-b1-s{QUICK['seeds'][0]}"} <= set(data["commands"])
+    cmd = data["commands"][f"ryarn-b1-s{QUICK['seeds'][0]}"]
+    argv = shlex.split(cmd)
+    assert argv[:2] == ["python", "train.py"]
+    out = argv[argv.index("--out") + 1]
+    before = torch.load(folder / out / "checkpoint.pt", weights_only=False)["model"]
+    argv[argv.index("--out") + 1] = str(tmp_path / "replay")
+    root = str(__import__("pathlib").Path(train.__file__).parent)
+    subprocess.run([sys.executable, f"{root}/train.py", *argv[2:]], cwd=folder, check=True)
+    after = torch.load(tmp_path / "replay" / "checkpoint.pt", weights_only=False)["model"]
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_test_and_validation_sequences_come_from_unused_seeds(quick_run):
+    """Bug caught: test sequences drawn from a stream a model trained on (train.py draws batches from seed + 1
+    and positions from seed + 2)."""
+    used = set()
+    for cmd in quick_run[1]["commands"].values():
+        argv = shlex.split(cmd)
+        seed = int(argv[argv.index("--seed") + 1])
+        used |= {seed, seed + 1, seed + 2}
+    assert ryarn.TEST_SEED not in used and ryarn.VALIDATION_SEED not in used
+    assert ryarn.TEST_SEED != ryarn.VALIDATION_SEED
 
 
 def test_figure_draws_each_method_alike_in_every_panel(quick_run):
@@ -103,7 +174,8 @@ def fed_positions(method, tmp_path, top=2):
     base = str(tmp_path / "pretrain")
     train.run(ryarn.train_argv(ryarn.TASK, base, QUICK["L"], 5, 0, args))
     fed = []
-    train.run(ryarn.finetune_argv(ryarn.TASK, str(tmp_path), base, method, QUICK, 0, args, top),
+    train.run(ryarn.finetune_argv(ryarn.TASK, str(tmp_path / method), base, method, QUICK["finetune"], 0, 1e-3,
+                                  QUICK, args, top),
               on_step=lambda step, x, positions: fed.append((step, x, positions)))
     assert [step for step, _, _ in fed] == list(range(QUICK["finetune"]))
     return fed
