@@ -428,7 +428,7 @@ BAD = """
 python train.py --task retrieval --stpes 2
 python train.py --task copy --curriculum 32:64
 python train.py --llm smollm2 --method ft --factor 4
-torchrun --nproc_per_node 2 train.py --llm DIR --fsdp --lora 8
+torchrun --nproc_per_node 2 train.py --llm DIR --fsdp --grad-accum 0
 torchrun --nproc_per_node 2 train.py --task copy
 python eval.py --experiment nonsense
 python eval.py --bench --jobs 2
