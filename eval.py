@@ -194,9 +194,9 @@ def llm_eval_command(args) -> None:
 def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options: dict | None = None,
                  device: str = "cpu", seed: int = 10 ** 9, bar=None, bf16: bool = False) -> dict:
     """Exact match (greedy), answer log-likelihood and candidate rank on `samples` prompts of about `length`
-    tokens, the same prompts for every model. Exact match has a 95 % Wilson interval; the answer's
-    log-probability and the fraction of prompts where the right candidate ranks first have mean +- 1.96
-    standard errors. The seeds lie far from the training samples' (train.py uses seed * 1,000,003 + i)."""
+    tokens, the same prompts for every model. Exact match and the fraction of prompts where the right
+    candidate ranks first have 95 % Wilson intervals (train.interval); the answer's log-probability, its 95 %
+    t-interval. The seeds lie far from the training samples' (finetune.py uses seed * 1,000,003 + i)."""
     candidates = text_tasks.ANSWER_CANDIDATES.get(task, ())
     scores = []
     # Under a launcher (torchrun) process r scores prompts r, r + N, ...; every process gets all the scores,
@@ -211,7 +211,7 @@ def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options
     mean, low, high = train.interval(torch.tensor([float(s["right"]) for s in scores]))
     row = {"length": length, "accuracy": mean, "low": low, "high": high, "samples": samples}
     logprob = torch.tensor([s["logprob"] for s in scores])
-    row["logprob"], row["logprob_low"], row["logprob_high"] = mean_interval(logprob)
+    row["logprob"], row["logprob_low"], row["logprob_high"] = t_interval(logprob.tolist())
     if candidates:
         first = torch.tensor([float(s["rank"] == 1) for s in scores])
         row["top1"], row["top1_low"], row["top1_high"] = train.interval(first)
@@ -219,12 +219,6 @@ def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options
     row["prompts"] = scores
     return row
 
-
-def mean_interval(values: torch.Tensor) -> tuple[float, float, float]:
-    """Mean and its 95 % interval, mean +- 1.96 standard errors, for scores not bounded to [0, 1] (e.g. a
-    log-probability; train.interval clips to [0, 1])."""
-    half = 1.96 * float(values.std()) / len(values) ** 0.5 if len(values) > 1 else float("nan")
-    return float(values.mean()), float(values.mean()) - half, float(values.mean()) + half
 
 
 # ---------------------------------------------------------------------------------------------------------

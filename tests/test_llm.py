@@ -271,7 +271,8 @@ def test_score_prompt_equals_a_full_forward_and_generate(tiny_llm):
 
 def test_llm_comparison_is_prompt_paired():
     """Bug caught: comparing methods on their means alone (unpaired), or with the sign of better - worse
-    flipped: the verdict must follow the per-prompt differences."""
+    flipped: the verdict must follow the per-prompt differences, with a t-interval (4 prompts: 3.18 standard
+    errors, not 1.96)."""
     from experiments import llm
 
     def method(logprobs):
@@ -280,4 +281,21 @@ def test_llm_comparison_is_prompt_paired():
     results = {"a": method([-5.0, -3.0, -8.0, -1.0]), "b": method([-6.0, -4.0, -9.0, -2.5])}
     holds = llm.paired(results, "a", "b", 100)
     assert holds["logprob"] == pytest.approx(1.125) and holds["verdict"] == "holds"  # a beats b on every prompt
+    assert holds["detectable"] == pytest.approx(3.182 * 0.25 / 2, rel=1e-3)  # sd of (1, 1, 1, 1.5) is 0.25
     assert llm.paired(results, "b", "a", 100)["verdict"] == "reversed"
+
+
+def test_llm_comparisons_at_every_length():
+    """Bug caught: comparisons made beyond the model's context only (at 512 tokens a reversed difference went
+    unreported), or a pair left out where both of its methods were run."""
+    from experiments import llm
+
+    def method(shift):
+        return {"rows": [{"length": n, "accuracy": 0.5, "prompts": [{"logprob": -2.0 + shift + 0.1 * i, "rank": 1}
+                                                                  for i in range(5)]} for n in (512, 2048, 10240)]}
+
+    results = {"ryarn": method(-1.0), "yarn": method(0.0), "ft": method(0.5)}
+    rows = llm.comparisons(results, [512, 2048, 10240])
+    assert {(c["better"], c["worse"], c["length"]) for c in rows} == {
+        (b, w, n) for b, w in [("ryarn", "yarn"), ("ryarn", "ft"), ("yarn", "ft")] for n in (512, 2048, 10240)}
+    assert {c["verdict"] for c in rows} == {"reversed"}  # every difference is constant and negative
