@@ -484,5 +484,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":  # run as the importable module, so that hf.py and experiments/ share its classes
-    sys.exit(importlib.import_module("eval").main())
+if __name__ == "__main__":
+    sys.exit(main())

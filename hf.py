@@ -140,7 +140,7 @@ def step_samples(tokenizer, cfg: dict, step: int, ours: list[bool], every: bool)
     """The global batch of a training step, as (ids (1, T), prompt tokens) for sample j where ours[j] or
     `every`, None elsewhere. Sample j of step t has the seed seed * 1,000,003 + t * len(ours) + j: with one
     process and no accumulation, t * batch + i, as before training was distributed. `every`: a process that
-    draws randomized positions for the whole batch (train_llm) needs every sample's length, so it also
+    draws randomized positions for the whole batch (finetune.train) needs every sample's length, so it also
     tokenizes the others' samples, milliseconds each against the seconds of a forward."""
     seeds = [cfg["seed"] * 1_000_003 + step * len(ours) + j for j in range(len(ours))]
     return [chat_ids(tokenizer, *text_sample(tokenizer, cfg["task"], cfg["train_len"][1], seed, cfg["task_options"]))
