@@ -24,6 +24,7 @@ import os
 import resource
 import signal
 import sys
+import tempfile
 import time
 
 import torch
@@ -111,7 +112,7 @@ def int_list(text: str) -> list[int]:
 
 
 def eval_command(args) -> None:
-    if (args.factor is not None or args.original_len is not None) and args.scaling is None:
+    if (args.factor is not None or args.original_len is not None) and args.scaling in (None, "none"):
         raise UsageError("--factor and --original-len set a rotary schedule: give --scaling with them")
     if args.scaling not in (None, "none") and args.factor is None:
         raise UsageError(f"--scaling {args.scaling} needs --factor S (how far it stretches the context)")
@@ -355,7 +356,7 @@ def command_line(args, *extra: str) -> str:
     words += [f"--{scale_name(args)}"] if scale_name(args) != "default" else []
     words += [f"--threads {args.threads}"] if args.threads else []
     words += [f"--device {args.device}"] if args.device != "cpu" else []
-    words += [f"--out-dir {args.out_dir}"] if args.out_dir != "results" else []
+    words += [f"--out-dir {args.out_dir}"] if args.out_dir != default_out_dir(args) else []
     words += [f"--jobs {args.jobs}"] if args.jobs != 1 else []
     return " ".join(words + list(extra))
 
@@ -395,6 +396,31 @@ def experiment_names() -> list[str]:
     return sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py") and f not in ("__init__.py", "bench.py"))
 
 
+def default_out_dir(args) -> str:
+    """results/, or results/quick/ (not committed) for --quick, which must never replace the real results."""
+    return os.path.join("results", "quick") if args.quick else "results"
+
+
+def check_out_dir(name: str, args) -> None:
+    """Before anything is computed: the results can be written to --out-dir, and they would not replace results
+    that another command wrote there (another scale, other options) unless --force."""
+    folder, path = args.out_dir, os.path.join(args.out_dir, f"{name}.json")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()  # what writing there will take
+    except OSError as e:  # a file, a read-only folder or mount, no permission
+        raise UsageError(f"--out-dir {folder}: {e.strerror}") from None
+    if os.path.isfile(path) and not args.force:
+        try:
+            with open(path, encoding="utf-8") as f:
+                previous = json.load(f).get("command")
+        except (ValueError, AttributeError):  # not JSON, or not an experiment's
+            previous = None
+        if previous != command_line(args):
+            raise UsageError(f"{path} holds the results of `{previous}`, not of this command: give another "
+                             "--out-dir, or --force to replace them")
+
+
 def run_experiment(name: str, args) -> None:
     """Import experiments/NAME.py only now (it imports this module, not the other way round) and run it."""
     if name not in experiment_names() + ["bench"]:
@@ -403,6 +429,9 @@ def run_experiment(name: str, args) -> None:
         raise UsageError(f"--jobs {args.jobs}: give N >= 1 (how many runs train at once)")
     if args.bench and args.jobs != 1:
         raise UsageError("--bench measures what --jobs does itself: leave --jobs out")
+    scale_name(args)  # --quick with --full is refused before anything is written
+    args.out_dir = args.out_dir or default_out_dir(args)
+    check_out_dir(name, args)
     importlib.import_module(f"experiments.{name}").run(args)
 
 
@@ -432,7 +461,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="experiment: a small version for the tests")
     p.add_argument("--full", action="store_true", help="experiment: closer to paper scale (a GPU helps)")
     p.add_argument("--bench", action="store_true", help="speed and memory benchmark (results/bench.md)")
-    p.add_argument("--out-dir", default="results", help="experiment or bench: where results go")
+    p.add_argument("--out-dir", default=None,
+                   help="experiment or bench: where results go (default results/; --quick: results/quick/)")
+    p.add_argument("--force", action="store_true",
+                   help="experiment or bench: replace results that another command wrote in --out-dir")
     p.add_argument("--jobs", type=int, default=1,
                    help="experiment: this many independent runs at once, each in its own process (results are "
                         "identical to --jobs 1)")

@@ -97,6 +97,11 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     cfg["range_shape"] = args.range_shape or RANGE_SHAPE
     if not cfg["range"] >= 1:
         raise UsageError(f"--range {cfg['range']:g}: the range must hold the sample (>= 1 x its length)")
+    if not cfg["range"] * args.train_len[1] < 2 ** 53:  # inf and nan too; positions are exact integers below that
+        raise UsageError(f"--range {cfg['range']:g}: positions up to {cfg['range']:g} x {args.train_len[1]} tokens "
+                         "cannot be drawn (keep the range below 2^53 positions)")
+    if args.no_curriculum and args.range_shape is not None:
+        raise UsageError("--range-shape is how the curriculum widens the range; --no-curriculum has none")
     cfg["task"] = args.task or "babilong"
     if cfg["task"] not in text_tasks.TEXT_TASKS:
         raise UsageError(f"--llm trains on a text task ({', '.join(text_tasks.TEXT_TASKS)}), not '{cfg['task']}'")
@@ -108,6 +113,8 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     for flag in ("steps", "batch", "grad_accum"):
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
+    if args.lora is not None and args.lora < 1:
+        raise UsageError(f"--lora {args.lora}: a LoRA rank is >= 1 (leave --lora out for a full fine-tune)")
     if args.lora is not None and importlib.util.find_spec("peft") is None:
         raise UsageError("--lora needs peft: pip install peft")
     if args.fsdp and not dist.launched():

@@ -226,6 +226,9 @@ def resume_config(args, given: dict) -> dict:
         raise UsageError("--resume needs --out RUN_DIR")
     if args.force:
         raise UsageError("--resume continues a run and --force replaces it: choose one")
+    if os.path.isdir(os.path.join(args.out, "model")):  # what an LLM fine-tune (finetune.py) saves
+        raise UsageError(f"{args.out} is an LLM run, and an LLM run cannot be resumed (it keeps no optimizer "
+                         "state): start it again with --force")
     cfg = read_config(args.out)
     saved = {**cfg, **cfg["task_options"]}
 

@@ -222,6 +222,11 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
         raise UsageError("--eval-samples must be >= 0")
     if cfg["rope_base"] <= 1:
         raise UsageError("--rope-base must be > 1 (rotary frequencies are base^(-2i/d))")
+    if cfg["scaling"] == "none" and cfg["factor"] != 1:
+        raise UsageError(f"--factor {cfg['factor']:g} stretches a rotary scaling: give --scaling "
+                         f"{'|'.join(s for s in lengen.SCALINGS if s != 'none')} with it")
+    if cfg["original_len"] < 1:
+        raise UsageError(f"--original-len {cfg['original_len']}: the length a model was trained at is >= 1")
     cfg["vocab_size"] = tasks.vocab_size(args.task, **cfg["task_options"])
     check_memory(cfg, cfg["batch"] * hi, f"a batch of {cfg['batch']} x {hi} tokens", args.device)
     for n in (lo, hi):  # the task fits every training length

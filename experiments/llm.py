@@ -27,7 +27,7 @@ import hf
 import train
 from eval import (command_line, evaluate_llm, line_styles, map_jobs, plot_curves, scale_name, t_interval,
                   write_results)
-from runs import UsageError
+from runs import UsageError, save_atomic
 
 # ---------------------------------------------------------------------------------------------------------
 # The plans
@@ -109,8 +109,7 @@ def method_worker(job) -> dict:
     """run_method in this process or a worker: its result is saved in runs/ as soon as it exists."""
     method, setup, root, args = job
     result = run_method(method, setup, root, args)
-    with open(os.path.join(root, method, "eval.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    save_atomic(os.path.join(root, method, "eval.json"), lambda f: f.write(json.dumps(result, indent=1).encode()))
     return result
 
 

@@ -50,6 +50,8 @@ def runs(tmp_path_factory):
                           "ckpt-no-optimizer": {k: v for k, v in ckpt.items() if k != "optimizer"}}.items():
         shutil.copytree(run, root / name)
         torch.save(content, root / name / "checkpoint.pt")
+    os.makedirs(root / "llm-run" / "model")  # what train.py --llm leaves: config.json, log.jsonl, model/
+    (root / "llm-run" / "config.json").write_text(json.dumps({"llm": "smollm2", "method": "ryarn"}))
     return root
 
 
@@ -106,6 +108,17 @@ CASES = [
     ("eval", ["{runs}/run", "--json", "{runs}"], "Is a directory"),
     ("eval", ["{runs}/run", "--json", "{runs}/run/config.json/rows.json"], "Not a directory"),
     ("eval", ["{runs}/run", "--plot", "{tmp}/missing/accuracy.png"], "No such file or directory"),
+    ("eval", ["--experiment", "ryarn", "--quick", "--out-dir", "{runs}/run/config.json"], "--out-dir"),
+    # settings a run would accept and ignore
+    ("train", ["--factor", "4"], "--factor 4 stretches a rotary scaling"),
+    ("train", ["--encoding", "fire", "--original-len", "-7"], "--original-len -7"),
+    ("eval", ["{runs}/run", "--scaling", "none", "--factor", "4"], "give --scaling with them"),
+    ("train", ["--llm", "smollm2", "--lora", "0"], "a LoRA rank is >= 1"),
+    ("train", ["--llm", "smollm2", "--lora", "-2"], "a LoRA rank is >= 1"),
+    ("train", ["--llm", "smollm2", "--no-curriculum", "--range-shape", "linear"], "--no-curriculum has none"),
+    ("train", ["--llm", "smollm2", "--range", "inf"], "cannot be drawn"),
+    ("train", ["--llm", "smollm2", "--range", "1e300"], "cannot be drawn"),
+    ("train", ["--resume", "--out", "{runs}/llm-run"], "an LLM run cannot be resumed"),
 ]
 
 
@@ -241,3 +254,26 @@ def test_two_trainings_into_one_folder_one_is_turned_away(tmp_path, capsys):
                 p.send_signal(signal.SIGTERM)
     assert first.wait(timeout=120) == 130
     assert sorted(os.listdir(tmp_path)) == ["run"]  # the lock file went with the lock
+
+
+def test_an_experiment_never_replaces_results_of_another_command(tmp_path, monkeypatch, capsys):
+    """Bug caught: `--quick` (or another scale, or other options) overwriting the committed results of the
+    default run without a word. --quick writes to results/quick/ by default; results written by another command
+    are replaced only with --force; the same command may write again."""
+    import eval as lengen_eval
+    reached = []
+    monkeypatch.setattr(lengen_eval, "importlib", type("stub", (), {"import_module": staticmethod(
+        lambda name: type("experiment", (), {"run": staticmethod(lambda args: reached.append(args.out_dir))}))}))
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("results")
+    committed = json.dumps({"command": "python eval.py --experiment ryarn --threads 1"}).encode()
+    (tmp_path / "results" / "ryarn.json").write_bytes(committed)
+    assert main("eval", ["--experiment", "ryarn", "--quick", "--threads", "1"]) == 0
+    assert reached == [os.path.join("results", "quick")]
+    assert main("eval", ["--experiment", "ryarn", "--threads", "2"]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert (tmp_path / "results" / "ryarn.json").read_bytes() == committed
+    assert main("eval", ["--experiment", "ryarn", "--threads", "1"]) == 0  # the command that wrote them
+    assert main("eval", ["--experiment", "ryarn", "--threads", "2", "--force"]) == 0
+    assert reached[1:] == ["results", "results"]
+

@@ -16,7 +16,7 @@ def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
     shown twice, verdicts that do not follow from the numbers written beside them."""
     monkeypatch.chdir(tmp_path)  # runs/ and results/ land in the temporary directory
     assert eval.main(["--experiment", "encodings", "--quick", "--threads", "1"]) == 0
-    data = json.loads((tmp_path / "results" / "encodings.json").read_text())
+    data = json.loads((tmp_path / "results" / "quick" / "encodings.json").read_text())
     labels = [exp.label(e, p) for e, p in exp.variants()]
     assert len(labels) == 2 * len(exp.ENCODINGS) - 1 and "nope + rand" not in labels and "fire + rand" in labels
     assert list(data["accuracy"]) == list(QUICK["tasks"])
@@ -27,11 +27,11 @@ def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
             assert all(0 <= a <= 1 for acc in per_seed for a in acc)
     assert data["claims"] == json.loads(json.dumps(exp.claims(data["accuracy"], QUICK["tasks"])))
     assert data["models"] == len(labels) * len(QUICK["tasks"]) * len(QUICK["seeds"])
-    markdown = (tmp_path / "results" / "encodings.md").read_text()
+    markdown = (tmp_path / "results" / "quick" / "encodings.md").read_text()
     assert "python eval.py --experiment encodings --quick --threads 1" in markdown
     assert all(claim in markdown for claim in exp.PAPER)
     if importlib.util.find_spec("matplotlib"):
-        assert (tmp_path / "results" / "encodings.png").stat().st_size > 0
+        assert (tmp_path / "results" / "quick" / "encodings.png").stat().st_size > 0
 
 
 def synthetic(beyond_of):

@@ -100,7 +100,7 @@ def test_min_norm_interpolant_on_a_known_system():
 def test_quick_experiment_rope_extrapolates_and_is_equivariant(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # runs/ and results/ land in the temporary directory
     assert eval.main(["--experiment", "retrieval", "--quick", "--threads", "1"]) == 0
-    data = json.loads((tmp_path / "results" / "retrieval.json").read_text())
+    data = json.loads((tmp_path / "results" / "quick" / "retrieval.json").read_text())
     hi = data["train_max"]
 
     def at_2x(encoding):
@@ -110,4 +110,4 @@ def test_quick_experiment_rope_extrapolates_and_is_equivariant(tmp_path, monkeyp
     assert min(at_2x("rope")) - max(at_2x("learned")) > 0.5
     rope = [r for r in data["runs"] if r["encoding"] == "rope" and r["attention"] == "softmax"]
     assert max(max(r["equivariance"].values()) for r in rope) < 1e-4
-    assert (tmp_path / "results" / "retrieval.md").read_text().count("| **") == 8  # a verdict for every claim
+    assert (tmp_path / "results" / "quick" / "retrieval.md").read_text().count("| **") == 8  # a verdict for every claim

@@ -24,7 +24,7 @@ def quick(folder, *extra: str):
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.chdir(folder)
         assert eval.main(["--experiment", "ryarn", "--quick", "--threads", "1", *extra]) == 0
-    return json.loads((folder / "results" / "ryarn.json").read_text())
+    return json.loads((folder / "results" / "quick" / "ryarn.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +53,11 @@ def test_quick_experiment_writes_its_results(quick_run):
     assert {c["verdict"] for c in data["claims"].values()} <= {
         "reproduced", "not reproduced", "not reproduced (reversed)", "undecided", "undecided (models did not fit)"}
     assert set(data["learning_rates"]["chosen"].values()) <= set(QUICK["lrs"])
-    markdown = (tmp_path / "results" / "ryarn.md").read_text()
+    markdown = (tmp_path / "results" / "quick" / "ryarn.md").read_text()
     assert "python eval.py --experiment ryarn --quick --threads 1" in markdown and "Runtime" in markdown
     assert markdown.index("## The rule") < markdown.index("## Claims") < markdown.index("test accuracy by length")
     if importlib.util.find_spec("matplotlib"):  # figures are optional: without matplotlib the run says so
-        assert (tmp_path / "results" / "ryarn.png").stat().st_size > 0
+        assert (tmp_path / "results" / "quick" / "ryarn.png").stat().st_size > 0
 
 
 def test_claims_are_measured_per_base(quick_run):
