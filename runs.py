@@ -215,7 +215,8 @@ def closed_stdout(program: str) -> None:
 
 
 # What --resume takes besides the run: how it runs, not what it computes.
-RESUME_FLAGS = ("resume", "out", "quiet", "threads")
+# (The device is where a run runs, not what it is: a run trained on a GPU may continue on a CPU.)
+RESUME_FLAGS = ("resume", "out", "quiet", "threads", "device")
 
 
 def resume_config(args, given: dict) -> dict:
@@ -241,8 +242,29 @@ def resume_config(args, given: dict) -> dict:
                          "or start again with --force")
     cfg.update(resume=True, force=False, out=args.out, quiet=args.quiet)
     cfg["threads"] = args.threads or cfg["threads"]
+    cfg["device"] = given.get("device", cfg["device"])
+    check_saved_types(args.out, cfg)
     cfg["train_len"], cfg["curriculum"] = tuple(cfg["train_len"]), cfg["curriculum"] and tuple(cfg["curriculum"])
     return cfg
+
+
+def check_saved_types(out: str, cfg: dict) -> None:
+    """A config.json edited by hand holds what the command line would have given: integers where it takes
+    integers, numbers where it takes numbers (train.check_resumed then builds the model it describes)."""
+    def whole(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+    integers = ("vocab_size", "layers", "heads", "dim", "original_len", "max_len", "max_position", "steps", "batch",
+                "warmup", "seed", "save_every", "eval_samples")
+    for key in integers:
+        if not whole(cfg[key]):
+            raise UsageError(f"{out}/config.json: {key} is {json.dumps(cfg[key])}, not an integer")
+    for key in ("rope_base", "factor", "lr", "wd"):
+        if not (whole(cfg[key]) or isinstance(cfg[key], float)) or not math.isfinite(cfg[key]):
+            raise UsageError(f"{out}/config.json: {key} is {json.dumps(cfg[key])}, not a finite number")
+    if not (isinstance(cfg["train_len"], list) and len(cfg["train_len"]) == 2 and all(map(whole, cfg["train_len"]))
+            and 0 < cfg["train_len"][0] <= cfg["train_len"][1]):
+        raise UsageError(f"{out}/config.json: train_len is {json.dumps(cfg['train_len'])}, not [LOW, HIGH] with "
+                         "0 < LOW <= HIGH")
 
 
 # ---------------------------------------------------------------------------------------------------------

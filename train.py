@@ -35,9 +35,9 @@ import finetune
 import lengen
 import tasks
 import text_tasks
-from runs import (Interrupted, UsageError, check_runtime, closed_stdout, hold, learning_rate, load_checkpoint,
-                  open_log, prepare_run_dir, read_config, refuse_unused, resume_config, save_atomic,
-                  set_learning_rate, signals_deferred, swap_in, use_threads, write_config)
+from runs import (Interrupted, UsageError, check_machine, check_runtime, closed_stdout, hold, learning_rate,
+                  load_checkpoint, open_log, prepare_run_dir, read_config, refuse_unused, resume_config,
+                  save_atomic, set_learning_rate, signals_deferred, swap_in, use_threads, write_config)
 
 
 class Parser(argparse.ArgumentParser):
@@ -234,6 +234,16 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     lengen.GPT(model_config(cfg))  # the model is buildable: bad combinations fail here, before anything is written
     cfg["out"] = args.out or os.path.join("runs", default_name(cfg))
     return cfg
+
+
+def check_resumed(cfg: dict) -> None:
+    """What --resume reads from a config.json that may have been edited by hand: the model it describes can be
+    built, and the machine has its device (say --device cpu to continue a GPU run here)."""
+    try:
+        lengen.GPT(model_config(cfg))
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"{cfg['out']}/config.json: {e}") from None
+    check_machine(cfg["device"], cfg["threads"])
 
 
 def check_memory(cfg: dict, tokens: int, what: str, device: str) -> None:
@@ -511,6 +521,7 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
                          "(many at once: python eval.py --experiment NAME --jobs N)")
     if args.resume:
         cfg = resume_config(args, given_flags(argv))
+        check_resumed(cfg)
     else:
         try:
             cfg = resolve(args, parser)

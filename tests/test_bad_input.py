@@ -50,6 +50,12 @@ def runs(tmp_path_factory):
                           "ckpt-no-optimizer": {k: v for k, v in ckpt.items() if k != "optimizer"}}.items():
         shutil.copytree(run, root / name)
         torch.save(content, root / name / "checkpoint.pt")
+    config = json.loads((root / "run" / "config.json").read_text())
+    for name, edit in {"config-bogus-encoding": {"encoding": "bogus"}, "config-steps-ten": {"steps": "ten"},
+                       "config-vocab-string": {"vocab_size": "18"}, "config-cuda": {"device": "cuda"},
+                       "config-train-len": {"train_len": [20, 10]}}.items():  # config.json edited by hand
+        shutil.copytree(run, root / name)
+        (root / name / "config.json").write_text(json.dumps({**config, **edit}))
     os.makedirs(root / "llm-run" / "model")  # what train.py --llm leaves: config.json, log.jsonl, model/
     (root / "llm-run" / "config.json").write_text(json.dumps({"llm": "smollm2", "method": "ryarn"}))
     return root
@@ -119,6 +125,11 @@ CASES = [
     ("train", ["--llm", "smollm2", "--range", "inf"], "cannot be drawn"),
     ("train", ["--llm", "smollm2", "--range", "1e300"], "cannot be drawn"),
     ("train", ["--resume", "--out", "{runs}/llm-run"], "an LLM run cannot be resumed"),
+    ("train", ["--resume", "--out", "{runs}/config-bogus-encoding"], "unknown encoding 'bogus'"),
+    ("train", ["--resume", "--out", "{runs}/config-steps-ten"], 'steps is "ten", not an integer'),
+    ("train", ["--resume", "--out", "{runs}/config-vocab-string"], 'vocab_size is "18", not an integer'),
+    ("train", ["--resume", "--out", "{runs}/config-train-len"], "train_len is [20, 10]"),
+    pytest.param("train", ["--resume", "--out", "{runs}/config-cuda"], "no such device", marks=cuda),
 ]
 
 
@@ -276,4 +287,15 @@ def test_an_experiment_never_replaces_results_of_another_command(tmp_path, monke
     assert main("eval", ["--experiment", "ryarn", "--threads", "1"]) == 0  # the command that wrote them
     assert main("eval", ["--experiment", "ryarn", "--threads", "2", "--force"]) == 0
     assert reached[1:] == ["results", "results"]
+
+
+@cuda
+def test_a_gpu_run_resumes_on_the_cpu(runs, tmp_path):
+    """Bug caught: the device saved in config.json taken as what the run is, so that a run trained on a GPU
+    could not continue on a CPU (--resume --device cpu refused as a changed setting)."""
+    shutil.copytree(runs / "config-cuda", tmp_path / "run")
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    (tmp_path / "run" / "config.json").write_text(json.dumps({**config, "steps": 25}))  # 5 steps left to train
+    assert main("train", ["--resume", "--out", str(tmp_path / "run"), "--device", "cpu", "--quiet"]) == 0
+    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["step"] == 25
 
