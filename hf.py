@@ -11,6 +11,7 @@ import copy
 import importlib.util
 import inspect
 import os
+import struct
 
 import torch
 
@@ -47,6 +48,9 @@ def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32)
         raise UsageError(f"{name}: no such file")
     if local and not gguf and not os.path.isdir(path):
         raise UsageError(f"{name}: no such model directory")
+    if local and not gguf and not os.path.isfile(os.path.join(path, "config.json")):
+        raise UsageError(f"{name}: not a model directory (no config.json; a run of train.py --llm holds one in "
+                         "model/)")
     try:
         import huggingface_hub
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -77,6 +81,8 @@ def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot load '{name}': {str(e).splitlines()[0]}") from None
+    except struct.error:  # the GGUF reader meets the end of a cut file
+        raise UsageError(f"cannot load '{name}': the file is truncated or corrupt") from None
     finally:
         if silent:
             hf_logging.enable_progress_bar()

@@ -299,3 +299,26 @@ def test_a_gpu_run_resumes_on_the_cpu(runs, tmp_path):
     assert main("train", ["--resume", "--out", str(tmp_path / "run"), "--device", "cpu", "--quiet"]) == 0
     assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["step"] == 25
 
+
+
+def test_a_model_that_cannot_be_read_is_one_line(tmp_path, capsys):
+    """Bugs caught: a GGUF file cut short (a download that stopped) ending in a struct.error traceback; a folder
+    that holds no model answered with half a sentence from the tokenizer ("Couldn't instantiate ... from one
+    of: ")."""
+    import importlib.util
+
+    import hf
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("not a model")
+    cases = [(tmp_path / "notes", "not a model directory")]
+    gguf = hf.smollm2_gguf()
+    if gguf and importlib.util.find_spec("transformers"):  # the cut files are read by transformers' GGUF reader
+        with open(gguf, "rb") as f:
+            head = f.read(10 ** 6)
+        for size in (100, 10 ** 6):
+            (tmp_path / f"cut-{size}.gguf").write_bytes(head[:size])
+            cases.append((tmp_path / f"cut-{size}.gguf", "the file is truncated or corrupt"))
+    for spec, message in cases:
+        assert main("eval", ["--llm", str(spec), "--lengths", "64", "--samples", "1"]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and message in err, err
