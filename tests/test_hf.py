@@ -22,8 +22,9 @@ def test_importing_the_core_does_not_import_transformers():
     import sys
     code = "import sys, lengen, tasks, train, eval; print('transformers' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
-    code = ("import sys, tempfile, hf\ntry:\n    hf.load_llm(tempfile.mkdtemp())\nexcept hf.UsageError:\n"
-            "    print('transformers' in sys.modules)")  # a folder that is there but holds no model
+    code = ("import os, sys, tempfile, hf\nfolder = tempfile.mkdtemp()\n"
+            "open(os.path.join(folder, 'config.json'), 'w').write('{}')\n"  # a folder that looks like a model
+            "try:\n    hf.load_llm(folder)\nexcept hf.UsageError:\n    print('transformers' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
 
 
