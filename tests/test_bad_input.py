@@ -322,3 +322,36 @@ def test_a_model_that_cannot_be_read_is_one_line(tmp_path, capsys):
         assert main("eval", ["--llm", str(spec), "--lengths", "64", "--samples", "1"]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_jobs_are_capped_at_what_the_machine_can_run(monkeypatch, capsys):
+    """Bug caught (#24 item 6): --jobs 1000 started one process per queued model (34, 10 GB, nothing done)."""
+    import eval as lengen_eval
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert lengen_eval.usable_jobs(1000, 34) == 2
+    assert "running 2 at once (2 CPU cores" in capsys.readouterr().err
+    assert lengen_eval.usable_jobs(1000, 34, threads=2) == 1  # one worker of 2 threads fills 2 cores
+    assert "running 1 at once" in capsys.readouterr().err
+    assert lengen_eval.usable_jobs(2, 1) == 1 and capsys.readouterr().err == ""  # one model: one process, quietly
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert lengen_eval.map_jobs(abs, [-1, -2, -3], jobs=1000) == [1, 2, 3]  # here, in this process
+    assert "running 1 at once" in capsys.readouterr().err
+
+
+def test_a_worker_that_dies_is_one_line(capsys):
+    """Bug caught (#24 item 9): a --jobs worker killed outright gave a 40-line BrokenProcessPool traceback."""
+    import eval as lengen_eval
+    with pytest.raises(train.UsageError, match="a worker process died"):
+        lengen_eval.map_jobs(os._exit, [9, 9], jobs=2)  # each worker ends at once, as a kill -9 would end it
+
+
+def test_a_second_experiment_on_the_same_runs_is_turned_away(tmp_path, monkeypatch, capsys):
+    """Bug caught (#24 item 8): a second `eval.py --experiment NAME` on the same run folders made both fail and
+    lost all the work; now the second is turned away in one line while the first holds them."""
+    from runs import hold
+    monkeypatch.chdir(tmp_path)
+    with hold(os.path.join("runs", "retrieval", "quick"), holder="eval.py --experiment retrieval"):
+        assert main("eval", ["--experiment", "retrieval", "--quick", "--out-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "in use by another eval.py --experiment retrieval" in err, err
+    assert not os.path.exists(tmp_path / "out" / "retrieval.json")

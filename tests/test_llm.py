@@ -299,3 +299,22 @@ def test_llm_comparisons_at_every_length():
     assert {(c["better"], c["worse"], c["length"]) for c in rows} == {
         (b, w, n) for b, w in [("ryarn", "yarn"), ("ryarn", "ft"), ("yarn", "ft")] for n in (512, 2048, 10240)}
     assert {c["verdict"] for c in rows} == {"reversed"}  # every difference is constant and negative
+
+def test_llm_scores_are_reused_only_for_the_model_they_measured(tmp_path):
+    """Bug caught (#24 item 4): runs/llm-SCALE/METHOD/eval.json was reused after its run was replaced with
+    --force, reporting the old model's numbers for the new one; and a truncated eval.json was a traceback."""
+    from experiments import llm
+
+    model = tmp_path / "ft" / "model"
+    model.mkdir(parents=True)
+    (tmp_path / "ft" / "config.json").write_text('{"method": "ft"}')
+    (model / "model.safetensors").write_bytes(b"weights one")
+    setup = {"samples": {512: 4, 2048: 2}}
+    scores = {"rows": [], "model": llm.fingerprint("ft", str(tmp_path)), "samples": {"512": 4, "2048": 2}}
+    (tmp_path / "ft" / "eval.json").write_text(json.dumps(scores))
+    assert llm.cached("ft", setup, str(tmp_path)) == scores
+    assert llm.cached("ft", {"samples": {512: 8, 2048: 2}}, str(tmp_path)) is None  # other prompts
+    (model / "model.safetensors").write_bytes(b"weights two")  # the run replaced since
+    assert llm.cached("ft", setup, str(tmp_path)) is None
+    (tmp_path / "ft" / "eval.json").write_text('{"rows": [')
+    assert llm.cached("ft", setup, str(tmp_path)) is None
