@@ -159,15 +159,18 @@ def trainable(model, cfg: dict, device: str):
     return model, [p for p in model.parameters() if p.requires_grad]
 
 
-def step_batch(tokenizer, cfg: dict, step: int, top: int, where: torch.Generator) -> list:
-    """This process's share of step `step`'s global batch: (ids (1, T), prompt tokens, positions (1, T)) each.
+def step_batch(tokenizer, cfg: dict, step: int, top: int, where: torch.Generator, rank: int | None = None,
+               world: int | None = None) -> list:
+    """Process `rank`'s share of step `step`'s global batch (default: this process's, under a launcher or not):
+    (ids (1, T), prompt tokens, positions (1, T)) each; a function of its arguments and `where`'s state alone.
 
     The global batch is B x K x W samples, each its own forward (samples differ in length; nothing is padded).
     Process r's k-th backward takes samples j = (k W + r) B .. + B - 1. Randomized positions (n sorted distinct
     ids from [0, top)) are drawn from one stream in the order of j, whoever trains the sample, so that samples
     and positions do not depend on how the batch is split (hf.step_samples says what that costs)."""
-    B, W, randomized = cfg["batch"], dist.world(), METHODS[cfg["method"]][1]
-    ours = [(j // B) % W == dist.rank() for j in range(cfg["global_batch"])]
+    B, randomized = cfg["batch"], METHODS[cfg["method"]][1]
+    W, rank = dist.world() if world is None else world, dist.rank() if rank is None else rank
+    ours = [(j // B) % W == rank for j in range(cfg["global_batch"])]
     try:
         samples = hf.step_samples(tokenizer, cfg, step, ours, randomized)
     except ValueError as e:  # sample 0 was checked, but a later sample's facts may take more tokens

@@ -318,3 +318,30 @@ def test_llm_scores_are_reused_only_for_the_model_they_measured(tmp_path):
     assert llm.cached("ft", setup, str(tmp_path)) is None
     (tmp_path / "ft" / "eval.json").write_text('{"rows": [')
     assert llm.cached("ft", setup, str(tmp_path)) is None
+
+
+@pytest.mark.parametrize("batch, accum", [(1, 2), (2, 3)])
+def test_each_rank_trains_its_share_of_the_one_process_order(tiny_llm, batch, accum):
+    """Bug caught (#24 item 20): which samples and positions a torchrun rank trains was checked only by the slow
+    multi-process tests, so every rank training the same samples passed the fast suite. Here two ranks' shares
+    of a step, computed alone, are the one-process batch split in blocks of `batch`: rank r trains the
+    samples j with (j // batch) % 2 == r, each with the positions one process gives it."""
+    import finetune
+    tokenizer = hf.load_llm(tiny_llm)[1]
+    cfg = {"batch": batch, "method": "ryarn", "seed": 3, "task": "passkey", "train_len": (128, 128),
+           "task_options": {}, "global_batch": batch * accum * 2}
+
+    def share(rank, world):
+        where = torch.Generator().manual_seed(5)
+        return [finetune.step_batch(tokenizer, cfg, step, 256, where, rank, world) for step in range(2)]
+
+    one = share(0, 1)
+    ranks = [share(r, 2) for r in range(2)]
+    for step in range(2):
+        for r in range(2):
+            expected = [s for j, s in enumerate(one[step]) if (j // batch) % 2 == r]
+            got = ranks[r][step]
+            assert len(got) == len(expected) == batch * accum
+            for (ids, n, pos), (ids1, n1, pos1) in zip(got, expected):
+                assert torch.equal(ids, ids1) and n == n1 and torch.equal(pos, pos1)
+        assert not torch.equal(ranks[0][step][0][0], ranks[1][step][0][0])  # the ranks train different samples
