@@ -113,6 +113,13 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     for flag in ("steps", "batch", "grad_accum"):
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
+    # A step's global batch is tokenized up front: its ids and positions alone (int64) must fit in memory.
+    samples = args.batch * args.grad_accum * int(os.environ.get("WORLD_SIZE", "1"))
+    need, have = samples * args.train_len[1] * 16, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > have:
+        raise UsageError(f"--batch {args.batch} x --grad-accum {args.grad_accum}: a step of {samples:,} samples of "
+                         f"{args.train_len[1]} tokens needs {need / 2 ** 30:,.4g} GiB for its token ids alone; "
+                         f"this machine has {have / 2 ** 30:,.0f} GiB")
     if args.lora is not None and args.lora < 1:
         raise UsageError(f"--lora {args.lora}: a LoRA rank is >= 1 (leave --lora out for a full fine-tune)")
     if args.lora is not None and importlib.util.find_spec("peft") is None:
@@ -136,6 +143,10 @@ def load_checked(cfg: dict, device: str):
     if not hf.rotary_modules(model):
         raise UsageError(f"{type(model).__name__} has no rotary embedding with inv_freq: lengen cannot patch it")
     original, n = hf.rope_geometry(model)[2], cfg["train_len"][1]
+    width = getattr(model.config, "hidden_size", None)
+    if cfg["lora"] and width and cfg["lora"] > width:  # before peft allocates adapters of that rank
+        raise UsageError(f"--lora {cfg['lora']}: a rank above the model's width ({width}) adds nothing that a "
+                         f"full fine-tune does not; give R <= {width}, or leave --lora out")
     if n > original:
         raise UsageError(f"--train-len {n} is beyond the model's context of {original} tokens")
     try:

@@ -191,6 +191,10 @@ def test_llm_bad_input_exits_2(tiny_llm, tmp_path):
         (["--llm", tiny_llm, "--grad-accum", "0"], "--grad-accum must be >= 1"),
         (["--grad-accum", "2"], "--grad-accum is for --llm runs"),
         (["--fsdp"], "--fsdp is for --llm runs"),
+        # sizes that cannot fit are refused before anything is allocated (#24 item 7)
+        (["--llm", tiny_llm, "--batch", "1000000000000"], "for its token ids alone"),
+        (["--llm", tiny_llm, "--grad-accum", "1000000000000"], "for its token ids alone"),
+        (["--llm", tiny_llm, "--lora", "100000"], "a rank above the model's width (64)"),
     ]
     for args, message in cases:
         result = cli("train.py", "--steps", "1", "--quiet", "--out", str(tmp_path / "r"), "--force", *args)
