@@ -185,6 +185,8 @@ def randomized_positions(batch: int, length: int, max_position: int,
     if max_position < length:
         raise ValueError(f"max_position {max_position} is below the sequence length {length}: "
                          "positions must be distinct")
+    if max_position > 2 ** 53:
+        raise ValueError(f"max_position {max_position:.4g} is above 2^53: ids beyond it are not exact numbers")
     if max_position <= 4 * length:
         keys = torch.rand(batch, max_position, generator=generator)
         return keys.argsort(dim=1)[:, :length].sort(dim=1).values
@@ -207,6 +209,8 @@ def stretch_positions(batch: int, length: int, max_position: int,
     if max_position < length:
         raise ValueError(f"max_position {max_position} is below the sequence length {length}: "
                          "positions must be distinct")
+    if max_position > 2 ** 53:
+        raise ValueError(f"max_position {max_position:.4g} is above 2^53: ids beyond it are not exact numbers")
     virtual = length + torch.rand(batch, 1, generator=generator, dtype=torch.float64) * (max_position - length)
     return (torch.arange(length, dtype=torch.float64) * virtual / length).floor().long()
 
@@ -221,6 +225,8 @@ def pose_positions(batch: int, length: int, max_position: int,
     if max_position < length:
         raise ValueError(f"max_position {max_position} is below the sequence length {length}: "
                          "positions must be distinct")
+    if max_position > 2 ** 53:
+        raise ValueError(f"max_position {max_position:.4g} is above 2^53: ids beyond it are not exact numbers")
     cut = torch.randint(1, max(length, 2), (batch, 1), generator=generator)
     skip = torch.randint(0, max_position - length + 1, (batch, 1), generator=generator)
     t = torch.arange(length).expand(batch, length)
@@ -377,6 +383,7 @@ class XPos(Rotary):
     (1 + gamma) with gamma 0.4 and B 512: the fast pairs decay most (head dim 32: zeta_0 = 0.286, zeta_15 =
     0.955; at offset 256, zeta_0^(1/2) = 0.53). Only n - m matters, so the scales are taken about the middle of
     each row's positions, which keeps them near 1 (at 16K tokens, zeta_0^(+-16) = 2e-9 .. 5e8, inside float32).
+    Beyond a span of 56,463 positions they would leave float32 (q * scale overflows): refused (max_span).
     """
 
     def __init__(self, head_dim: int, base: float = 10000.0, gamma: float = 0.4, scale_base: float = 512.0):
@@ -384,10 +391,16 @@ class XPos(Rotary):
         zeta = (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim + gamma) / (1 + gamma)
         self.register_buffer("zeta", zeta, persistent=False)
         self.scale_base = scale_base
-
+        # The widest span of positions in a row whose scales stay below 1e30 in float32 (whose limit is 3e38,
+        # and q and k multiply them): zeta_0^(-span / 2B) = 1e30, span = 56,463 for gamma 0.4 and B 512.
+        self.max_span = int(2 * scale_base * math.log(1e30) / -math.log(float(zeta[0])))
 
     def rotary(self, positions):
         cos, sin = super().rotary(positions)
+        span = int((positions.amax(-1) - positions.amin(-1)).max()) if positions.numel() else 0
+        if span > self.max_span:
+            raise ValueError(f"xPos: positions spanning {span} overflow float32 (its scales reach zeta^(span/2B); "
+                             f"at most {self.max_span} here)")
         centred = positions.double() - (positions.amax(-1, keepdim=True) + positions.amin(-1, keepdim=True)) / 2
         scale = self.zeta.to(positions.device) ** (centred[..., None] / self.scale_base)  # (..., T, D/2)
         scale = torch.cat((scale, scale), dim=-1).to(cos.dtype)  # (..., T, D) in the half-split layout

@@ -209,9 +209,16 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
         if start < hi:
             raise UsageError(f"--positions {args.positions} draws {hi} distinct ids from [0, {start}): "
                              f"--max-position / curriculum start must be >= the training length {hi}")
+        try:  # the sampler can draw from the widest range it will be given (not only from the first)
+            lengen.POSITION_SAMPLERS[args.positions](1, hi, needed, torch.Generator())
+        except (ValueError, RuntimeError) as e:
+            raise UsageError(f"--positions {args.positions} up to {needed:,}: {e}") from None
     elif args.curriculum:
         raise UsageError("--curriculum widens the range of sampled positions: use it with --positions "
                          "randomized, stretch or pose")
+    if args.encoding == "xpos" and needed > lengen.XPos(2).max_span:
+        raise UsageError(f"--encoding xpos stays finite for positions spanning at most {lengen.XPos(2).max_span:,}; "
+                         f"these reach {needed:,} (lower --max-position or the curriculum's end)")
     if args.encoding == "learned" and needed > cfg["max_len"]:
         raise UsageError(f"positions reach {needed} but the learned table has {cfg['max_len']} rows "
                          "(raise --max-len)")
@@ -335,7 +342,11 @@ def evaluate(model: lengen.GPT, task: str, length: int, options: dict, samples: 
     for start in range(0, samples, batch):
         x, y, mask = tasks.make_batch(task, min(batch, samples - start), length, generator, **options)
         x, y, mask = x.to(device), y.to(device), mask.to(device)
-        right = (model(x).argmax(-1) == y) & mask
+        logits = model(x)
+        if not torch.isfinite(logits).all():
+            raise UsageError(f"length {length}: the model's outputs are not finite (NaN or inf); no accuracy to "
+                             "report")
+        right = (logits.argmax(-1) == y) & mask
         scores.append(right.sum(1).float() / mask.sum(1).clamp(min=1))
     mean, lo, hi = interval(torch.cat(scores).cpu())
     return {"length": length, "accuracy": mean, "low": lo, "high": hi, "samples": samples}
@@ -453,19 +464,16 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
         save_atomic(os.path.join(folder, "checkpoint.pt"), lambda f: torch.save(state, f))
 
     if cfg["resume"]:
-        step = restore(out, model, optimizer, data, where)
+        step, folder = restore(out, model, optimizer, data, where), out
     else:
-        # Everything that can fail before training has passed. The new run, with a checkpoint at step 0 (so that
-        # it can be resumed from its first step), is built beside --out and only then takes its place.
-        step = 0
-        new = prepare_run_dir(cfg)
-        write_config(new, cfg)
-        checkpoint(new)
-        open_log(new, fresh=True).close()
-        swap_in(new, out)
+        # Everything that can be checked before training has passed. The new run is built beside --out, and
+        # takes its place with the checkpoint of its first step: a run that fails at once replaces nothing.
+        step, folder = 0, prepare_run_dir(cfg)
+        write_config(folder, cfg)
+        open_log(folder, fresh=True).close()
     # Ctrl-C and SIGTERM only raise a flag: the step in flight completes, so the checkpoint is exactly a step
     # boundary and --resume continues bit for bit.
-    with signals_deferred() as stop, open_log(out, fresh=False) as log, \
+    with signals_deferred() as stop, open_log(folder, fresh=False) as log, \
             tqdm(total=cfg["steps"], initial=step, disable=cfg["quiet"], desc=os.path.basename(out)) as bar:
         model.train()
         forward = torch.compile(model) if cfg.get("compile") else model  # same parameters, fused kernels
@@ -478,6 +486,9 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
             set_learning_rate(optimizer, step, cfg)
             logits = forward(x, positions)
             loss = F.cross_entropy(logits[mask], y[mask])
+            if not torch.isfinite(loss):  # nothing of this step is saved: the last checkpoint stands
+                raise UsageError(f"loss is {loss.item()} at step {step + 1}: training diverged or the positions "
+                                 f"overflow --encoding {cfg['encoding']}; nothing of this step was saved")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -491,8 +502,11 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
                                       "lr": learning_rate(step - 1, cfg), "tokens_per_s": round(rate)}) + "\n")
                 bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.2f}", tok_s=f"{rate:,.0f}")
             bar.update(1)
-            if step % cfg["save_every"] == 0 or step == cfg["steps"] or stop:
-                checkpoint(out)
+            if step % cfg["save_every"] == 0 or step == cfg["steps"] or stop or folder != out:
+                checkpoint(folder)
+                if folder != out:  # the new run's first step has passed: now it replaces what --out held
+                    swap_in(folder, out)
+                    folder = out
             if stop:
                 raise Interrupted(f"interrupted by {signal.Signals(stop[0]).name} at step {step}; checkpoint "
                                   f"saved: continue with python train.py --resume --out {out}")

@@ -45,7 +45,10 @@ def runs(tmp_path_factory):
         shutil.copytree(run, root / name)
         (root / name / file).write_bytes(content)
     ckpt = torch.load(os.path.join(run, "checkpoint.pt"), weights_only=False)
-    for name, content in {"ckpt-tensor": torch.zeros(3),
+    nan = {**ckpt, "model": {k: v.clone() for k, v in ckpt["model"].items()}}
+    for weights in nan["model"].values():
+        weights.fill_(float("nan"))
+    for name, content in {"ckpt-tensor": torch.zeros(3), "ckpt-nan": nan,
                           "ckpt-no-model": {k: v for k, v in ckpt.items() if k != "model"},
                           "ckpt-no-optimizer": {k: v for k, v in ckpt.items() if k != "optimizer"}}.items():
         shutil.copytree(run, root / name)
@@ -130,6 +133,18 @@ CASES = [
     ("train", ["--resume", "--out", "{runs}/config-vocab-string"], 'vocab_size is "18", not an integer'),
     ("train", ["--resume", "--out", "{runs}/config-train-len"], "train_len is [20, 10]"),
     pytest.param("train", ["--resume", "--out", "{runs}/config-cuda"], "no such device", marks=cuda),
+    # ranges the position samplers cannot draw from, and spans xPos cannot represent, before --force replaces
+    ("train", ["--out", "{runs}/run", "--force", "--encoding", "t5", "--positions", "randomized",
+               "--max-position", "100000000000000000000"], "above 2^53"),
+    ("train", ["--out", "{runs}/run", "--force", "--positions", "pose", "--curriculum", "24:100000000000000000000"],
+     "above 2^53"),
+    ("train", ["--out", "{runs}/run", "--force", "--positions", "stretch", "--max-position", "1" + "0" * 20],
+     "above 2^53"),
+    ("train", ["--out", "{runs}/run", "--force", "--encoding", "xpos", "--positions", "randomized",
+               "--max-position", "200000"], "xpos stays finite for positions spanning at most 56,463"),
+    # a model whose outputs are NaN: no weights saved, no accuracy reported
+    ("train", ["--out", "{runs}/run", "--force", *TINY, "--init", "{runs}/ckpt-nan"], "loss is nan at step 1"),
+    ("eval", ["{runs}/ckpt-nan"], "not finite"),
 ]
 
 
