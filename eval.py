@@ -18,6 +18,7 @@ runtime.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import os
@@ -35,7 +36,7 @@ import hf
 import lengen
 import text_tasks
 import train
-from runs import UsageError, check_machine, hold
+from runs import UsageError, check_machine, hold, save_atomic, signals_deferred
 
 # ---------------------------------------------------------------------------------------------------------
 # Plotting: optional. Without matplotlib every command still runs and says how to get the figure.
@@ -364,28 +365,100 @@ def command_line(args, *extra: str) -> str:
 def map_jobs(worker, items: list, jobs: int = 1, threads: int = 1, bar=None) -> list:
     """[worker(item) for item in items], in that order: here (jobs 1) or in `jobs` worker processes of
     `threads` torch threads each. An experiment seeds every item from its own arguments, so what it computes
-    does not depend on jobs; worker must be a module-level function (a spawned process imports it)."""
-    jobs = usable_jobs(jobs, len(items), threads)
+    does not depend on jobs; worker must be a module-level function (a spawned process imports it).
+
+    Ctrl-C or SIGTERM stops it promptly: work not started is cancelled, a worker in a training step finishes
+    that step and saves its checkpoint, the others stop at once; what finished stays in runs/, and running the
+    same command again goes on from it (train_once reuses finished runs, the llm experiment its scores)."""
+    jobs, done = usable_jobs(jobs, len(items), threads), []
     if jobs <= 1:
-        results = []
-        for item in items:
-            results.append(worker(item))
-            if bar is not None:
-                bar.update(1)
-        return results
+        try:
+            for item in items:
+                done.append(worker(item))
+                if bar is not None:
+                    bar.update(1)
+        except (KeyboardInterrupt, train.Interrupted):
+            raise stopped(len(done), len(items)) from None
+        return done
     import concurrent.futures
     import multiprocessing
+    # A worker that stops part-way leaves semaphores for multiprocessing's resource tracker to clear: it does,
+    # with a warning that is not the user's concern.
+    sys.warnoptions.append("ignore::UserWarning:multiprocessing.resource_tracker")
     with concurrent.futures.ProcessPoolExecutor(jobs, multiprocessing.get_context("spawn"),
-                                                initializer=torch.set_num_threads, initargs=(threads,)) as pool:
-        futures = [pool.submit(worker, item) for item in items]
+                                                initializer=worker_setup, initargs=(threads,)) as pool:
+        futures = [pool.submit(run_job, worker, item) for item in items]
         try:
-            for _ in concurrent.futures.as_completed(futures):
+            for future in concurrent.futures.as_completed(futures):
+                done.append(future.result())
                 if bar is not None:
                     bar.update(1)
             return [f.result() for f in futures]
+        except KeyboardInterrupt:
+            with signals_deferred():  # a second Ctrl-C while the workers stop changes nothing
+                workers = list(pool._processes.values())
+                pool.shutdown(wait=False, cancel_futures=True)
+                for process in workers:  # SIGTERM each: see worker_setup
+                    process.terminate()
+                for process in workers:
+                    process.join()
+            raise stopped(len(done), len(items)) from None
         except concurrent.futures.process.BrokenProcessPool:
             raise UsageError("a worker process died (killed, or out of memory); the models it had finished are "
                              "in runs/: run the same command again") from None
+        except Exception:  # one run failed (its error is reported): the queue behind it is not trained for nothing
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def worker_setup(threads: int) -> None:
+    """In each --jobs worker: its torch threads; Ctrl-C left to the main process, which cancels the queue and
+    sends the workers SIGTERM; SIGTERM ends a worker at once, except inside a training step (train.py's loop
+    defers it), which finishes and saves its checkpoint first (run_job then ends the worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(130))
+    torch.set_num_threads(threads)
+
+
+def run_job(worker, item):
+    """worker(item) in a --jobs worker; a worker that was told to stop ends, rather than take more work."""
+    try:
+        return worker(item)
+    except (KeyboardInterrupt, train.Interrupted):
+        os._exit(130)
+
+
+def stopped(finished: int, total: int) -> train.Interrupted:
+    return train.Interrupted(f"interrupted with {finished} of {total} runs finished; they are kept in runs/, and "
+                             "the same command again goes on from them")
+
+
+def train_once(argv: list[str]) -> dict:
+    """train.run(argv) for an experiment's model, unless its --out already holds the run that this very argv
+    trained with this very code (an experiment stopped part-way and started again): then that run, untouched.
+    made-by.json, written once training has finished, says which; train.py --force into the folder drops it."""
+    out = argv[argv.index("--out") + 1]
+    made_by = {"argv": argv, "code": code_digest()}
+    try:
+        with open(os.path.join(out, "made-by.json")) as f:
+            if json.load(f) == made_by:
+                final = os.path.join(out, "final.json")
+                rows = json.load(open(final)) if os.path.isfile(final) else []
+                return {"run": out, "rows": rows}
+    except (OSError, ValueError):
+        pass
+    result = train.run(argv)
+    save_atomic(os.path.join(out, "made-by.json"), lambda f: f.write(json.dumps(made_by).encode()))
+    return result
+
+
+def code_digest() -> str:
+    """sha256 of the code a small GPT's training runs: a run trained by older code is trained again."""
+    digest = hashlib.sha256()
+    for name in ("lengen.py", "tasks.py", "train.py", "runs.py"):
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), name), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
 
 
 def usable_jobs(jobs: int, items: int, threads: int = 1) -> int:

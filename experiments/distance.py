@@ -23,8 +23,8 @@ import time
 import torch
 
 import train
-from eval import (command_line, fmt, line_styles, map_jobs, plot_curves, scale_name, seed_curve, spread, verdict,
-                  write_results)
+from eval import (command_line, fmt, line_styles, map_jobs, plot_curves, scale_name, seed_curve, spread,
+                  train_once, verdict, write_results)
 
 DISTANCE_ENCODINGS = ("nope", "rope", "alibi")
 STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every panel
@@ -85,7 +85,7 @@ def distance_curve(setup: dict, scale: str, args, task: str, encoding: str, seed
     if selective:
         argv += ["--selective-delays", f"{selective[0]}:{selective[1]}"]
     start = time.perf_counter()
-    train.run(argv)
+    train_once(argv)
     model, cfg = train.load_run(out, args.device)
     measured = "selective_copy" if task == "selective_copy" else "delay_copy"
     cfg = {**cfg, "task": measured, "task_options": {"symbols": setup["symbols"], "m": setup["m"], "delays": delays}}

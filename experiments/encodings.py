@@ -24,7 +24,7 @@ import lengen
 import tasks
 import train
 from eval import (THRESHOLD, beyond, command_line, cpu_seconds, fmt, map_jobs, paired_gain, scale_name, spread,
-                  verdict, write_results)
+                  train_once, verdict, write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The setup
@@ -67,7 +67,7 @@ def train_and_measure(job: tuple) -> list[float]:
     task, encoding, positions, seed, setup, root, device = job
     L = setup["L"]
     out = os.path.join(root, task, f"{encoding}-{positions}-s{seed}")
-    train.run(["--task", task, "--encoding", encoding, "--positions", positions, "--train-len", f"{L // 2}:{L}",
+    train_once(["--task", task, "--encoding", encoding, "--positions", positions, "--train-len", f"{L // 2}:{L}",
                "--steps", str(setup["steps"]), "--seed", str(seed), "--device", device, "--out", out,
                "--eval-samples", "0", "--force", "--quiet"])
     model, cfg = train.load_run(out, device)

@@ -20,8 +20,8 @@ import torch
 import lengen
 import tasks
 import train
-from eval import (command_line, fmt, line_styles, map_jobs, plot_curves, scale_name, seed_curve, spread, verdict,
-                  write_results)
+from eval import (command_line, fmt, line_styles, map_jobs, plot_curves, scale_name, seed_curve, spread,
+                  train_once, verdict, write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The analysis
@@ -342,7 +342,7 @@ def fit_worker(job: dict) -> dict:
     seeded by its own command line, so where it runs changes nothing."""
     out = os.path.join("runs", "retrieval", job["scale"], job["name"])
     print(f"[{time.time() - job['start']:5.0f} s] training {out}", file=sys.stderr, flush=True)
-    train.run(job["argv"] + ["--out", out, "--force", "--quiet", "--threads", str(job["threads"]), "--device",
+    train_once(job["argv"] + ["--out", out, "--force", "--quiet", "--threads", str(job["threads"]), "--device",
                              job["device"], "--eval-samples", "64"])
     model, cfg = train.load_run(out)
     return {name: ANALYSES[name](model, cfg, job) for name in job["analyses"]}

@@ -29,7 +29,7 @@ from tqdm import tqdm
 import tasks
 import train
 from eval import (THRESHOLD, beyond, command_line, cpu_seconds, fmt, line_styles, map_jobs, plot_curves,
-                  scale_name, seed_curve, spread, unit_verdict, write_results)
+                  scale_name, seed_curve, spread, train_once, unit_verdict, write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The setup
@@ -128,7 +128,7 @@ def fit_worker(job) -> list[dict]:
     factor in `factors` (None: as trained). Module-level, so that a --jobs worker process can run it; every run
     is seeded by its own command line, so where it runs changes nothing."""
     argv, task, setup, args, factors = job
-    out = train.run(argv)["run"]
+    out = train_once(argv)["run"]
     return [measure(out, task, setup, args, factor) for factor in factors]
 
 

@@ -370,3 +370,42 @@ def test_a_second_experiment_on_the_same_runs_is_turned_away(tmp_path, monkeypat
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "in use by another eval.py --experiment retrieval" in err, err
     assert not os.path.exists(tmp_path / "out" / "retrieval.json")
+
+
+def test_an_experiment_reuses_a_run_only_when_this_argv_and_code_made_it(tmp_path, monkeypatch):
+    """What lets a stopped experiment go on (#24 item 5): train_once trains a model once; the same argv with the
+    same code gets that run back untouched, other code or a run replaced since by train.py --force retrains."""
+    import eval as lengen_eval
+    out = str(tmp_path / "run")
+    argv = [*TINY, "--steps", "3", "--out", out, "--force"]
+    first = lengen_eval.train_once(argv)
+    stamp = os.stat(os.path.join(out, "checkpoint.pt")).st_mtime_ns
+    assert lengen_eval.train_once(argv) == first  # reused: the same rows from final.json, the run untouched
+    assert os.stat(os.path.join(out, "checkpoint.pt")).st_mtime_ns == stamp
+    monkeypatch.setattr(lengen_eval, "code_digest", lambda: "other code")
+    lengen_eval.train_once(argv)
+    assert os.stat(os.path.join(out, "checkpoint.pt")).st_mtime_ns != stamp  # trained again
+    monkeypatch.undo()
+    lengen_eval.train_once(argv)
+    assert main("train", [*TINY, "--steps", "4", "--out", out, "--force"]) == 0
+    assert not os.path.exists(os.path.join(out, "made-by.json"))  # --force replaced the run: not reusable
+
+
+def test_sigterm_stops_an_experiment_with_jobs_promptly_and_keeps_finished_runs(tmp_path):
+    """Bug caught (#24 item 5): SIGTERM to `eval.py --experiment NAME --jobs 2` trained every queued model
+    before it stopped, then discarded them. Now the queue is cancelled, the workers stop within a step, and
+    the message says to run the same command again (which reuses the finished runs)."""
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "eval.py"), "--experiment", "retrieval", "--quick",
+                          "--jobs", "2", "--threads", "1", "--out-dir", str(tmp_path / "results")],
+                         cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in p.stderr:  # the experiment says each run it starts
+        lines.append(line)
+        if sum("training" in seen for seen in lines) >= 3:
+            break
+    p.send_signal(signal.SIGTERM)
+    began = time.time()
+    rest = p.communicate(timeout=120)[1]
+    assert p.returncode == 130 and time.time() - began < 30, rest
+    assert "Traceback" not in rest and "the same command again goes on from them" in rest.strip().splitlines()[-1]
+    assert not os.path.exists(tmp_path / "results" / "retrieval.json")
