@@ -599,7 +599,8 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("give a run directory, --experiment NAME or --bench")
         sys.stdout.flush()  # a closed pipe (| head) shows here, inside the try, rather than at exit
     except UsageError as e:
-        print(f"eval.py: error: {e}", file=sys.stderr)
+        if dist.launch_rank() == 0:  # under torchrun every process checks the same command line: said once
+            print(f"eval.py: error: {e}", file=sys.stderr)
         return 2
     except train.Interrupted as e:  # Ctrl-C inside a training run: its checkpoint is saved
         print(f"eval.py: {e}", file=sys.stderr)

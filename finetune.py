@@ -28,7 +28,7 @@ import dist
 import hf
 import lengen
 import text_tasks
-from runs import (UsageError, beside, check_runtime, hold, open_log, prepare_run_dir, refuse_unused,
+from runs import (UsageError, beside, check_out, check_runtime, hold, open_log, prepare_run_dir, refuse_unused,
                   set_learning_rate, swap_in, use_threads, write_config)
 
 # Paper R's methods: (YaRN scaling, randomized positions). Evaluation always uses contiguous positions.
@@ -202,7 +202,11 @@ def train(cfg: dict, on_step=None):
     use_threads(cfg)
     device = dist.start(cfg["device"])
     lead = dist.rank() == 0
-    model, tokenizer, original = load_checked(cfg, device)
+    try:
+        model, tokenizer, original = load_checked(cfg, device)
+    except UsageError as e:  # the same in every process
+        e.everywhere = True
+        raise
     out = prepare_run_dir(cfg) if lead else None  # only now, when everything has been checked, is anything written
     yarn, randomized = METHODS[cfg["method"]]
     W = dist.world()
@@ -276,10 +280,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, on_step=None)
     """`train.py --llm ...` from its parsed command line: check, fine-tune, swap the run in; {"run": dir}."""
     if args.resume:
         raise UsageError("--resume is for small-GPT runs; an LLM run is short: start it again with --force")
-    try:
-        cfg = resolve(args, parser)
-    except (ValueError, RuntimeError) as e:
-        raise UsageError(str(e)) from None
+    try:  # every process checks the command line, and whether --out is free, before any model loads
+        try:
+            cfg = resolve(args, parser)
+        except (ValueError, RuntimeError) as e:
+            raise UsageError(str(e)) from None
+        check_out(cfg)
+    except UsageError as e:  # found alike by every process: rank 0 says it
+        e.everywhere = True
+        raise
     # Under a launcher only rank 0 holds and writes the run. A check that fails on rank 0 alone (the run is
     # held, or exists) ends that process, and the launcher then ends the others (so nothing waits for the
     # process group to be left: that would wait forever for the others).

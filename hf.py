@@ -7,9 +7,11 @@ imported only inside load_llm, so `import lengen, tasks, train` never imports it
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import inspect
+import io
 import os
 import struct
 
@@ -76,9 +78,13 @@ def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32)
     silent = extra.get("local_files_only", False) and hf_logging.is_progress_bar_enabled()
     if silent:
         hf_logging.disable_progress_bar()
+    # transformers draws its GGUF de-quantizing bar whatever the setting: a GGUF load writes to stderr nothing
+    # (errors are exceptions, reported below in one line).
+    quiet = contextlib.redirect_stderr(io.StringIO()) if gguf else contextlib.nullcontext()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **extra)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
+        with quiet:
+            tokenizer = AutoTokenizer.from_pretrained(source, **extra)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot load '{name}': {str(e).splitlines()[0]}") from None
     except struct.error:  # the GGUF reader meets the end of a cut file
@@ -137,9 +143,17 @@ def chat_ids(tokenizer, prompt: str, answer: str | None = None) -> tuple[torch.T
     return torch.tensor([ids]), n_prompt
 
 
+TEMPLATE = 32  # tokens kept for the chat template around a prompt
+
+
 def text_sample(tokenizer, task: str, length: int, seed: int, options: dict) -> tuple[str, str]:
-    """A (prompt, answer) whose chat-formatted prompt fits in `length` tokens (32 kept for the template)."""
-    return text_tasks.make_text_sample(task, length - 32, seed, lambda t: len(tokenizer(t).input_ids), **options)
+    """A (prompt, answer) whose chat-formatted prompt fits in `length` tokens (TEMPLATE kept for the template)."""
+    try:
+        return text_tasks.make_text_sample(task, length - TEMPLATE, seed, lambda t: len(tokenizer(t).input_ids),
+                                           **options)
+    except ValueError as e:
+        raise ValueError(f"{length} tokens, less {TEMPLATE} for the chat template, leave {length - TEMPLATE} for "
+                         f"the task: {e}") from None
 
 
 def step_samples(tokenizer, cfg: dict, step: int, ours: list[bool], every: bool) -> list:

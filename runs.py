@@ -29,7 +29,9 @@ import torch
 
 
 class UsageError(Exception):
-    """Bad input from the user: reported as one line and exit status 2, never a traceback."""
+    """Bad input from the user: reported as one line and exit status 2, never a traceback. `everywhere`: every
+    process of a torchrun launch finds it alike (the command line, the model), so rank 0 alone says it."""
+    everywhere = False
 
 
 class Interrupted(Exception):
@@ -142,12 +144,16 @@ def tidy(out: str) -> None:
             os.remove(tmp)
 
 
+def check_out(cfg: dict) -> None:
+    if os.path.exists(os.path.join(cfg["out"], "config.json")) and not cfg["force"]:
+        raise UsageError(f"{cfg['out']} already holds a run: --resume to continue it, --force to overwrite it")
+
+
 def prepare_run_dir(cfg: dict) -> str:
     """Check that cfg['out'] may take a new run, and make the empty folder beside it where the run is built;
     swap_in puts it in place once it is whole."""
     out = cfg["out"]
-    if os.path.exists(os.path.join(out, "config.json")) and not cfg["force"]:
-        raise UsageError(f"{out} already holds a run: --resume to continue it, --force to overwrite it")
+    check_out(cfg)
     if os.path.exists(out) and not (os.path.isdir(out) and os.access(out, os.W_OK)):
         raise UsageError(f"cannot write to {out}: not a writable folder")
     try:

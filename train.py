@@ -524,15 +524,21 @@ def given_flags(argv: list[str] | None) -> dict:
 def run(argv: list[str] | None = None, on_step=None) -> dict:
     """The whole command: parse, train, print the final table; returns {"run": dir, "rows": [...]}."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as e:  # the same in every process of a launch
+        e.everywhere = True
+        raise
     for key, value in (finetune.DEFAULTS if args.llm else DEFAULTS).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.llm:
         return finetune.run(args, parser, on_step)
     if dist.launched():
-        raise UsageError("torchrun spreads an LLM fine-tune (--llm) over processes; a small GPT trains in one "
-                         "(many at once: python eval.py --experiment NAME --jobs N)")
+        refused = UsageError("torchrun spreads an LLM fine-tune (--llm) over processes; a small GPT trains in one "
+                             "(many at once: python eval.py --experiment NAME --jobs N)")
+        refused.everywhere = True
+        raise refused
     if args.resume:
         cfg = resume_config(args, given_flags(argv))
         check_resumed(cfg)
@@ -562,7 +568,8 @@ def main(argv: list[str] | None = None) -> int:
         run(argv)
         sys.stdout.flush()  # a closed pipe (| head) shows here, inside the try, rather than at exit
     except UsageError as e:
-        print(f"train.py: error: {e}", file=sys.stderr)
+        if not (e.everywhere and dist.launch_rank() != 0):  # under torchrun, said once
+            print(f"train.py: error: {e}", file=sys.stderr)
         return 2
     except Interrupted as e:
         print(f"train.py: {e}", file=sys.stderr)

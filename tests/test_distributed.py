@@ -106,6 +106,25 @@ def test_what_runs_in_one_process_is_refused_under_a_launcher(tmp_path, command)
     racing for the same files. Refused in one line before anything is written (the launcher's environment,
     without a launcher)."""
     result = subprocess.run([sys.executable, os.path.join(ROOT, command[0]), *command[1:]], capture_output=True,
-                            text=True, cwd=tmp_path, env={**os.environ, "WORLD_SIZE": "2", "RANK": "1"})
+                            text=True, cwd=tmp_path, env={**os.environ, "WORLD_SIZE": "2", "RANK": "0"})
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "--jobs" in result.stderr and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("case", ["bad flag", "existing run"])
+def test_a_refusal_under_torchrun_is_said_once_before_the_model_loads(sharp_llm, tmp_path, case):
+    """Bug caught (#24 item 15): under torchrun each process printed the same refusal; with an existing --out,
+    rank 0 refused only after loading the model, and rank 1, waiting for it in the process group, died with a
+    74-line gloo traceback. (torchrun then adds its own failure report and exits 1: that is the launcher's.)"""
+    existing = tmp_path / "run"
+    existing.mkdir()
+    (existing / "config.json").write_text("{}")
+    args = ["--range", "0.5", "--out", str(tmp_path / "new")] if case == "bad flag" else ["--out", str(existing)]
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                             os.path.join(ROOT, "train.py"), "--llm", sharp_llm, *FINE_TUNE, *args],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    said = [line for line in result.stderr.splitlines() if line.startswith("train.py: error:")]
+    assert len(said) == 1 and "gloo" not in result.stderr.lower(), result.stderr[-3000:]
+    assert ("--range 0.5" if case == "bad flag" else "already holds a run") in said[0]
+    assert sorted(os.listdir(tmp_path)) == ["run"] and os.listdir(existing) == ["config.json"]

