@@ -384,7 +384,9 @@ def map_jobs(worker, items: list, jobs: int = 1, threads: int = 1, bar=None) -> 
     import multiprocessing
     # A worker that stops part-way leaves semaphores for multiprocessing's resource tracker to clear: it does,
     # with a warning that is not the user's concern.
-    sys.warnoptions.append("ignore::UserWarning:multiprocessing.resource_tracker")
+    quiet_tracker = "ignore::UserWarning:multiprocessing.resource_tracker"
+    if quiet_tracker not in sys.warnoptions:  # the tracker process starts with this process's -W options
+        sys.warnoptions.append(quiet_tracker)
     with concurrent.futures.ProcessPoolExecutor(jobs, multiprocessing.get_context("spawn"),
                                                 initializer=worker_setup, initargs=(threads,)) as pool:
         futures = [pool.submit(run_job, worker, item) for item in items]
@@ -441,11 +443,13 @@ def train_once(argv: list[str]) -> dict:
     made_by = {"argv": argv, "code": code_digest()}
     try:
         with open(os.path.join(out, "made-by.json")) as f:
-            if json.load(f) == made_by:
-                final = os.path.join(out, "final.json")
-                rows = json.load(open(final)) if os.path.isfile(final) else []
-                return {"run": out, "rows": rows}
-    except (OSError, ValueError):
+            reuse = json.load(f) == made_by
+        if reuse and not os.path.isfile(os.path.join(out, "final.json")):  # a run measured by its caller
+            return {"run": out, "rows": []}
+        if reuse:
+            with open(os.path.join(out, "final.json")) as f:
+                return {"run": out, "rows": json.load(f)}
+    except (OSError, ValueError):  # no such file, or one cut short: train
         pass
     result = train.run(argv)
     save_atomic(os.path.join(out, "made-by.json"), lambda f: f.write(json.dumps(made_by).encode()))

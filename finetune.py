@@ -60,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="rpe/ryarn: the ablation: draw from the whole range from the first step")
     llm.add_argument("--lora", type=int, default=None, metavar="R", help="LoRA rank (needs peft)")
     llm.add_argument("--bf16", action="store_true",
-                     help="bfloat16 autocast on the CPU too (always on CUDA): ~3x faster on a CPU with AVX-512 BF16")
+                     help="bfloat16 autocast on the CPU too (always on CUDA): ~3x faster on a CPU with bfloat16 "
+                          "instructions (AVX-512 BF16, AMX), 4-5x slower on one without")
     llm.add_argument("--facts", type=int, default=None, help="babilong: 1, 2 or 3 supporting facts")
     llm.add_argument("--grad-accum", type=int, default=1, metavar="K",
                      help="backwards per optimizer step: the global batch is batch x K x processes")
@@ -149,8 +150,8 @@ def load_checked(cfg: dict, device: str):
                          f"full fine-tune does not; give R <= {width}, or leave --lora out")
     if n > original:
         raise UsageError(f"--train-len {n} is beyond the model's context of {original} tokens")
-    try:
-        hf.text_sample(tokenizer, cfg["task"], n, 0, cfg["task_options"])
+    try:  # every sample of the first step, in every process (one sample's facts may take more tokens than another's)
+        hf.step_samples(tokenizer, cfg, 0, [True] * (cfg["batch"] * cfg["grad_accum"] * dist.world()), True)
     except ValueError as e:
         raise UsageError(f"--train-len {n}: {e}") from None
     return model, tokenizer, original

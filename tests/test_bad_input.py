@@ -397,15 +397,19 @@ def test_sigterm_stops_an_experiment_with_jobs_promptly_and_keeps_finished_runs(
     the message says to run the same command again (which reuses the finished runs)."""
     p = subprocess.Popen([sys.executable, os.path.join(ROOT, "eval.py"), "--experiment", "retrieval", "--quick",
                           "--jobs", "2", "--threads", "1", "--out-dir", str(tmp_path / "results")],
-                         cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+                         cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True)
     lines = []
-    for line in p.stderr:  # the experiment says each run it starts
-        lines.append(line)
-        if sum("training" in seen for seen in lines) >= 3:
-            break
-    p.send_signal(signal.SIGTERM)
-    began = time.time()
-    rest = p.communicate(timeout=120)[1]
+    try:
+        for line in p.stderr:  # the experiment says each run it starts
+            lines.append(line)
+            if sum("training" in seen for seen in lines) >= 3:
+                break
+        p.send_signal(signal.SIGTERM)
+        began = time.time()
+        rest = p.communicate(timeout=120)[1]
+    finally:
+        if p.poll() is None:  # the experiment and its workers, should the test fail
+            os.killpg(p.pid, signal.SIGKILL)
     assert p.returncode == 130 and time.time() - began < 30, rest
     assert "Traceback" not in rest and "the same command again goes on from them" in rest.strip().splitlines()[-1]
     assert not os.path.exists(tmp_path / "results" / "retrieval.json")
