@@ -99,6 +99,19 @@ def test_xpos_decays_with_the_offset_and_stays_finite_far_out():
     assert torch.isfinite(far).all() and torch.allclose(near, far, atol=1e-4)
 
 
+def test_xpos_is_finite_up_to_its_span_and_refuses_wider_rows():
+    """Bug caught (#24 item 3): rows spanning more than ~72,500 positions gave NaN (zeta_0^(span/1024) leaves
+    float32) while the docs promised 1e5. Up to max_span the output is finite; beyond, a ValueError, not NaN."""
+    model = make("xpos")
+    span = model.pos.max_span
+    idx = torch.randint(0, 12, (1, 64), generator=torch.Generator().manual_seed(0))
+    spread = torch.linspace(0, span, 64).round().long()  # 64 tokens whose ids reach from 0 to max_span
+    with torch.no_grad():
+        assert torch.isfinite(model(idx, spread)).all()
+        with pytest.raises(ValueError, match="overflow float32"):
+            model(idx, torch.linspace(0, 80_000, 64).round().long())
+
+
 def test_bias_encodings_refuse_linear_attention():
     for encoding in ("t5", "kerple", "fire"):
         with pytest.raises(ValueError, match="bias inside softmax"):
