@@ -444,10 +444,11 @@ def train_once(argv: list[str]) -> dict:
     try:
         with open(os.path.join(out, "made-by.json")) as f:
             reuse = json.load(f) == made_by
-        if reuse and not os.path.isfile(os.path.join(out, "final.json")):  # a run measured by its caller
+        final = os.path.join(out, "final.json")  # absent when its caller measures the run itself
+        if reuse and not os.path.isfile(final):
             return {"run": out, "rows": []}
         if reuse:
-            with open(os.path.join(out, "final.json")) as f:
+            with open(final) as f:
                 return {"run": out, "rows": json.load(f)}
     except (OSError, ValueError):  # no such file, or one cut short: train
         pass

@@ -28,8 +28,8 @@ import dist
 import hf
 import lengen
 import text_tasks
-from runs import (UsageError, beside, check_out, check_runtime, hold, open_log, prepare_run_dir, refuse_unused,
-                  set_learning_rate, swap_in, use_threads, write_config)
+from runs import (UsageError, beside, check_out, check_runtime, hold, open_log, physical_memory, prepare_run_dir,
+                  refuse_unused, set_learning_rate, swap_in, use_threads, write_config)
 
 # Paper R's methods: (YaRN scaling, randomized positions). Evaluation always uses contiguous positions.
 METHODS = {"ft": (False, False), "yarn": (True, False), "rpe": (False, True), "ryarn": (True, True)}
@@ -116,7 +116,7 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
     # A step's global batch is tokenized up front: its ids and positions alone (int64) must fit in memory.
     samples = args.batch * args.grad_accum * int(os.environ.get("WORLD_SIZE", "1"))
-    need, have = samples * args.train_len[1] * 16, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    need, have = samples * args.train_len[1] * 16, physical_memory()
     if need > have:
         raise UsageError(f"--batch {args.batch} x --grad-accum {args.grad_accum}: a step of {samples:,} samples of "
                          f"{args.train_len[1]} tokens needs {need / 2 ** 30:,.4g} GiB for its token ids alone; "

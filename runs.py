@@ -109,8 +109,8 @@ def beside(out: str, suffix: str) -> str:
 @contextlib.contextmanager
 def hold(out: str, holder: str = "train.py"):
     """Hold the run folder `out` while the block runs: a second train.py on it is turned away in one line
-    instead of racing this one for its files (`holder` names the command in that line). The lock is an flock on runs/.NAME.lock, which the kernel drops
-    however the process ends. What a process killed outright leaves (a half-built new run, *.tmp files) is
+    instead of racing this one for its files (`holder` names the command in that line). The lock is an flock
+    on runs/.NAME.lock, which the kernel drops however the process ends. What a process killed outright leaves (a half-built new run, *.tmp files) is
     cleared on the way in; this process's own on the way out."""
     lock = beside(out, "lock")
     try:
@@ -142,6 +142,11 @@ def tidy(out: str) -> None:
     for tmp in (os.path.join(out, name + ".tmp") for name in RUN_FILES):
         if os.path.isfile(tmp):
             os.remove(tmp)
+
+
+def physical_memory() -> int:
+    """This machine's memory in bytes: the bound a size that cannot fit is refused against."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def check_out(cfg: dict) -> None:

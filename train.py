@@ -36,8 +36,8 @@ import lengen
 import tasks
 import text_tasks
 from runs import (Interrupted, UsageError, check_machine, check_runtime, closed_stdout, hold, learning_rate,
-                  load_checkpoint, open_log, prepare_run_dir, read_config, refuse_unused, resume_config,
-                  save_atomic, set_learning_rate, signals_deferred, swap_in, use_threads, write_config)
+                  load_checkpoint, open_log, physical_memory, prepare_run_dir, read_config, refuse_unused,
+                  resume_config, save_atomic, set_learning_rate, signals_deferred, swap_in, use_threads, write_config)
 
 
 class Parser(argparse.ArgumentParser):
@@ -259,7 +259,7 @@ def check_memory(cfg: dict, tokens: int, what: str, device: str) -> None:
     output layer; attention and the other layers need more on top."""
     need = tokens * (8 + 8 + 1 + 4 * (cfg["dim"] + cfg["vocab_size"]))
     have = torch.cuda.get_device_properties(device).total_memory if torch.device(device).type == "cuda" \
-        else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        else physical_memory()
     if need > have:
         where = device if torch.device(device).type == "cuda" else "this machine"
         raise UsageError(f"{what} needs at least {need / 2 ** 30:,.4g} GiB; {where} has {have / 2 ** 30:,.0f} GiB")
