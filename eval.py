@@ -270,8 +270,18 @@ def fmt(s, spec: str = ".2f", form: str = "range") -> str:
     return {"range": f"{mean} {span}", "sd": f"{mean} ± {sd}", "sd range": f"{mean} ± {sd} {span}"}[form]
 
 
-def verdict(full: bool, some: bool) -> str:
-    """The verdict every experiment gives a claim: all of it holds, some of it, or none."""
+# A claim about how models generalize cannot be tested on models that did not learn their task where nothing
+# is extrapolated: whatever they do beyond it says how far training got. Such a claim gets this fourth verdict,
+# never "not reproduced". Every experiment's verdicts pass through verdict() or unit_verdict() below, which
+# take `fitted`: did the models the claim rests on reach the experiment's fit bar in distribution?
+UNFIT = "undecided (models did not fit)"
+
+
+def verdict(full: bool, some: bool, fitted: bool = True) -> str:
+    """The verdict of a claim made of sub-claims: all of it holds, some of it, or none; undecided (UNFIT)
+    when the models it rests on did not fit."""
+    if not fitted:
+        return UNFIT
     return "reproduced" if full else "partly reproduced" if some else "not reproduced"
 
 
@@ -319,16 +329,19 @@ def t_interval(values) -> tuple[float, float, float]:
     return s["mean"], s["mean"] - half, s["mean"] + half
 
 
-def unit_verdict(per_unit, threshold: float) -> dict:
+def unit_verdict(per_unit, threshold: float, fitted: bool = True) -> dict:
     """The verdict on a claimed gain from its value on each independent unit (for a fine-tuning method, the
     mean over fine-tuning seeds on one pretrained base), with its mean and 95 % t-interval:
     - reproduced: >= threshold on average and positive on every unit;
     - not reproduced (reversed): <= -threshold on average and negative on every unit;
     - not reproduced: the interval lies below the threshold, so it excludes the claimed gain;
-    - undecided: anything else (the interval straddles the threshold, or the units disagree).
-    A verdict on models that did not learn their task is "undecided (models did not fit)": the caller says so."""
-    mean, low, high = t_interval(per_unit)
+    - undecided: anything else (the interval straddles the threshold, or the units disagree);
+    - undecided (models did not fit): fitted is False, or no unit is left to measure (UNFIT).
+    Units whose models did not fit are left out by the caller before it gets here."""
     values = [float(v) for v in per_unit]
+    if not fitted or not values:
+        return {"per_unit": values, "verdict": UNFIT}
+    mean, low, high = t_interval(values)
     if mean >= threshold and min(values) > 0:
         outcome = "reproduced"
     elif mean <= -threshold and max(values) < 0:
@@ -338,6 +351,19 @@ def unit_verdict(per_unit, threshold: float) -> dict:
     else:
         outcome = "undecided"
     return {"per_unit": values, "mean": mean, "low": low, "high": high, "verdict": outcome}
+
+
+def all_of(verdicts: list[str]) -> str:
+    """The verdict of a claim that needs every one of several comparisons ("X beats each of Y and Z"): each
+    comparison reproduced -> reproduced; one decidedly failing -> the claim fails (partly, where another
+    holds); otherwise some comparison is open, and so is the claim: undecided, or UNFIT where none could
+    be measured on fitted models."""
+    failed = [v for v in verdicts if v.startswith("not reproduced")]
+    if failed:
+        return verdict(False, "reproduced" in verdicts)
+    if verdicts and all(v == "reproduced" for v in verdicts):
+        return "reproduced"
+    return UNFIT if all(v == UNFIT for v in verdicts) else "undecided"
 
 
 SCALES = ("quick", "default", "full")  # every experiment's SCALES dict has these keys

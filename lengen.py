@@ -304,6 +304,9 @@ class PositionalEncoding(nn.Module):
     def bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor | None:
         return None
 
+    def after_step(self) -> None:
+        """Called by the trainer after each optimizer step: where an encoding keeps its parameters in range."""
+
 
 class NoPE(PositionalEncoding):
     """No position signal at all (arXiv 2203.16634). A causal decoder can still count, since its mask breaks
@@ -474,12 +477,11 @@ class KerpleLog(PositionalEncoding):
 
     Like ALiBi a penalty that grows with the distance (ALiBi is its limit r2 -> 0 with r1 r2 = m), but only
     logarithmically, so far keys stay reachable; both rates are learned. As in the paper's code, r1 and r2
-    start uniform in (0, 2) and (0, 1) and never act below 0.01. How the floor is kept differs from that code,
-    which clamps the stored values in place before each forward, so a rate pushed under 0.01 is reset to it and
-    keeps learning. Here the clamp is inside the forward: a rate under 0.01 acts as 0.01 but gets no gradient,
-    so only the optimizer's leftover momentum moves it. The forward stays a pure function of the weights (no in-place
-    edit of a parameter inside it, which torch.compile and FSDP would have to special-case), and
-    results/encodings.md was trained this way.
+    start uniform in (0, 2) and (0, 1) and never go below 0.01. That code clamps the stored values in place
+    before each forward, so a rate pushed under 0.01 is reset to it and keeps learning. Here the trainer does
+    the same after each optimizer step (after_step), which leaves the forward a pure function of the weights
+    (an in-place edit of a parameter inside it is what torch.compile and FSDP would have to special-case). The
+    forward clamps too, so weights from anywhere act within range; on trained weights that clamp changes nothing.
     Standalone with: PositionalEncoding, distances.
     """
 
@@ -493,6 +495,11 @@ class KerpleLog(PositionalEncoding):
         distance = distances(q_positions, k_positions).clamp(min=0)[:, None]  # (B|1, 1, Tq, Tk)
         r1, r2 = (r.clamp(min=self.floor)[:, None, None] for r in (self.r1, self.r2))  # (H, 1, 1)
         return -r1 * torch.log1p(r2 * distance)
+
+    @torch.no_grad()
+    def after_step(self):
+        self.r1.clamp_(min=self.floor)
+        self.r2.clamp_(min=self.floor)
 
 
 class FIRE(PositionalEncoding):

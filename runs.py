@@ -97,7 +97,8 @@ def load_checkpoint(run_dir: str) -> dict:
 # How a run is being executed, not what it is: never saved in config.json, so a resumed run takes them afresh.
 # (threads is saved: CPU results depend on the thread count, so a resume uses the same one unless told.)
 RUNTIME_KEYS = ("resume", "force", "quiet")
-RUN_FILES = ("config.json", "checkpoint.pt", "log.jsonl", "final.json", "model", "made-by.json")  # --force replaces
+# what --force replaces
+RUN_FILES = ("config.json", "checkpoint.pt", "log.jsonl", "final.json", "fit.json", "model", "made-by.json")
 
 
 def beside(out: str, suffix: str) -> str:

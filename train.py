@@ -168,6 +168,10 @@ def build_parser() -> Parser:
     run.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     run.add_argument("--compile", action="store_true",
                      help="torch.compile the training forward (see results/bench.md for whether it pays)")
+    run.add_argument("--fit-bar", type=finite, default=None, metavar="ACC",
+                     help="stop once accuracy on held-out sequences at the longest training length reaches ACC "
+                          "(checked every --fit-every steps; fit.json records when)")
+    run.add_argument("--fit-every", type=int, default=100, metavar="K", help="steps between fit checks (default 100)")
     run.add_argument("--eval-samples", type=int, default=256,
                      help="sequences per length in the final table (0: no final table)")
     run.add_argument("--quiet", action="store_true", help="no progress bar, no table")
@@ -222,7 +226,9 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     if args.encoding == "learned" and needed > cfg["max_len"]:
         raise UsageError(f"positions reach {needed} but the learned table has {cfg['max_len']} rows "
                          "(raise --max-len)")
-    for flag in ("steps", "batch", "save_every", "layers", "heads", "dim", "max_len"):
+    if cfg["fit_bar"] is not None and not 0 < cfg["fit_bar"] <= 1:
+        raise UsageError(f"--fit-bar {cfg['fit_bar']:g}: an accuracy in (0, 1]")
+    for flag in ("steps", "batch", "save_every", "layers", "heads", "dim", "max_len", "fit_every"):
         if cfg[flag] < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
     if cfg["eval_samples"] < 0:
@@ -331,18 +337,27 @@ def interval(per_sequence: torch.Tensor) -> tuple[float, float, float]:
 
 @torch.no_grad()
 def evaluate(model: lengen.GPT, task: str, length: int, options: dict, samples: int = 256, seed: int = 1234,
-             batch: int | None = None, device: str = "cpu") -> dict:
-    """Accuracy on `samples` fresh sequences of `length` tokens, contiguous positions (inference)."""
+             batch: int | None = None, device: str = "cpu", positions: str = "contiguous",
+             max_position: int | None = None) -> dict:
+    """Accuracy on `samples` fresh sequences of `length` tokens. Positions are contiguous (inference), or drawn
+    by a sampler of lengen.POSITION_SAMPLERS from [0, max_position), as Ruoss et al. evaluate a model trained
+    with randomized positions. The sequences depend on `seed` alone: every model meets the same ones."""
     if model.config.encoding == "learned" and length > model.config.max_len:
         raise UsageError(f"length {length} is beyond the learned position table ({model.config.max_len} rows): "
                          "retrain with a larger --max-len")
+    if positions != "contiguous" and (max_position or 0) < length:
+        raise UsageError(f"--positions {positions}: {length} distinct position ids need a range of at least "
+                         f"{length}, got {max_position}")
     generator = torch.Generator().manual_seed(seed)
+    where = torch.Generator().manual_seed(seed + 1)  # position ids: a stream of their own
     batch = batch or max(1, min(samples, 2 ** 16 // length))  # about 64K tokens per forward
     scores = []
     for start in range(0, samples, batch):
         x, y, mask = tasks.make_batch(task, min(batch, samples - start), length, generator, **options)
+        ids = None if positions == "contiguous" else \
+            lengen.POSITION_SAMPLERS[positions](len(x), length, max_position, where).to(device)
         x, y, mask = x.to(device), y.to(device), mask.to(device)
-        logits = model(x)
+        logits = model(x, ids)
         if not torch.isfinite(logits).all():
             raise UsageError(f"length {length}: the model's outputs are not finite (NaN or inf); no accuracy to "
                              "report")
@@ -400,9 +415,10 @@ def final_table(model: lengen.GPT, cfg: dict) -> tuple[list[dict], str]:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def restore(out: str, model: lengen.GPT, optimizer, data: torch.Generator, where: torch.Generator) -> int:
-    """Load the run's checkpoint into the model, the optimiser and the generators; returns its step. The log
-    is cut back to that step: a run killed after logging past its last checkpoint logs those steps again."""
+def restore(out: str, model: lengen.GPT, optimizer, data: torch.Generator, where: torch.Generator) -> tuple:
+    """Load the run's checkpoint into the model, the optimiser and the generators; returns its step and its fit
+    record. The log is cut back to that step: a run killed after logging past its last checkpoint logs those
+    steps again."""
     ckpt = load_checkpoint(out)
     try:
         model.load_state_dict(ckpt["model"])
@@ -416,7 +432,7 @@ def restore(out: str, model: lengen.GPT, optimizer, data: torch.Generator, where
     with open(path, encoding="utf-8") as f:
         kept = [line for line in f if line.endswith("\n") and json.loads(line)["step"] <= ckpt["step"]]
     save_atomic(path, lambda f: f.write("".join(kept).encode()))
-    return ckpt["step"]
+    return ckpt["step"], ckpt.get("fit")
 
 
 def initial_model(cfg: dict) -> lengen.GPT:
@@ -448,6 +464,61 @@ def draw_batch(cfg: dict, step: int, data: torch.Generator, where: torch.Generat
     return x, y, mask, lengen.POSITION_SAMPLERS[cfg["positions"]](cfg["batch"], length, top, where)
 
 
+# The fit check: "has the model learned its task?" is asked of sequences drawn from a seed of their own, so
+# neither the training stream (seed + 1) nor the test set (evaluate's seed 1234), at the longest training
+# length, with the positions the model trains with.
+FIT_SEED, FIT_SAMPLES = 4321, 128
+
+
+def fit_accuracy(model: lengen.GPT, cfg: dict) -> float:
+    """Accuracy on FIT_SAMPLES held-out sequences at the longest training length, in distribution: with the
+    run's own positions (for a sampler, its widest range)."""
+    model.eval()
+    widest = cfg["curriculum"][1] if cfg["curriculum"] else cfg["max_position"]
+    accuracy = evaluate(model, cfg["task"], cfg["train_len"][1], cfg["task_options"], FIT_SAMPLES, seed=FIT_SEED,
+                        device=cfg["device"], positions=cfg["positions"], max_position=widest)["accuracy"]
+    model.train()
+    return accuracy
+
+
+def read_fit(run_dir: str) -> dict:
+    """The fit record of a run trained with --fit-bar: {"bar", "every", "checks": [[step, accuracy], ...],
+    "steps_to_fit": the step that reached the bar, or None}."""
+    try:
+        with open(os.path.join(run_dir, "fit.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        raise UsageError(f"{run_dir}: no readable fit.json (was it trained with --fit-bar?)") from None
+
+
+def check_fit(model: lengen.GPT, cfg: dict, fit: dict, step: int, log) -> None:
+    """With --fit-bar, every --fit-every steps and at the last: the fit check, recorded in fit and the log;
+    fit["steps_to_fit"] is the step once the bar is reached (the training loop stops there)."""
+    if not fit["bar"] or (step % fit["every"] and step != cfg["steps"]):
+        return
+    accuracy = fit_accuracy(model, cfg)
+    fit["checks"].append([step, round(accuracy, 4)])
+    fit["steps_to_fit"] = step if accuracy >= fit["bar"] else None
+    log.write(json.dumps({"step": step, "fit_accuracy": round(accuracy, 4)}) + "\n")
+
+
+def take_step(cfg: dict, step: int, model: lengen.GPT, forward, optimizer, x, y, mask, positions) -> tuple:
+    """One optimiser step on a batch (forward: the model, or its compiled twin); returns (loss, logits). A loss
+    that is not finite stops training before anything of this step is applied or saved."""
+    set_learning_rate(optimizer, step, cfg)
+    logits = forward(x, positions)
+    loss = F.cross_entropy(logits[mask], y[mask])
+    if not torch.isfinite(loss):  # the last checkpoint stands
+        raise UsageError(f"loss is {loss.item()} at step {step + 1}: training diverged or the positions "
+                         f"overflow --encoding {cfg['encoding']}; nothing of this step was saved")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    model.pos.after_step()  # an encoding's own range (KERPLE's floor on its rates)
+    return loss, logits
+
+
 def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
     """Train from cfg (as resolve() or resume_config() made it) in cfg['out'], which the caller holds (hold).
     on_step(step, x, positions) sees every batch fed to the model."""
@@ -459,12 +530,15 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
     where = torch.Generator().manual_seed(cfg["seed"] + 2)  # position ids
 
     def checkpoint(folder: str):
-        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "fit": fit,
                  "data_rng": data.get_state(), "position_rng": where.get_state(), "torch_rng": torch.get_rng_state()}
         save_atomic(os.path.join(folder, "checkpoint.pt"), lambda f: torch.save(state, f))
 
+    # with --fit-bar: every check as [step, accuracy], and the step that reached the bar (None until then)
+    fit = {"bar": cfg.get("fit_bar"), "every": cfg.get("fit_every"), "checks": [], "steps_to_fit": None}
     if cfg["resume"]:
-        step, folder = restore(out, model, optimizer, data, where), out
+        (step, saved_fit), folder = restore(out, model, optimizer, data, where), out
+        fit = saved_fit or fit
     else:
         # Everything that can be checked before training has passed. The new run is built beside --out, and
         # takes its place with the checkpoint of its first step: a run that fails at once replaces nothing.
@@ -478,21 +552,12 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
         model.train()
         forward = torch.compile(model) if cfg.get("compile") else model  # same parameters, fused kernels
         tick, tokens = time.perf_counter(), 0
-        while step < cfg["steps"]:
+        while step < cfg["steps"] and fit["steps_to_fit"] is None:
             x, y, mask, positions = draw_batch(cfg, step, data, where)
             if on_step:
                 on_step(step, x, positions)
             x, y, mask = x.to(cfg["device"]), y.to(cfg["device"]), mask.to(cfg["device"])
-            set_learning_rate(optimizer, step, cfg)
-            logits = forward(x, positions)
-            loss = F.cross_entropy(logits[mask], y[mask])
-            if not torch.isfinite(loss):  # nothing of this step is saved: the last checkpoint stands
-                raise UsageError(f"loss is {loss.item()} at step {step + 1}: training diverged or the positions "
-                                 f"overflow --encoding {cfg['encoding']}; nothing of this step was saved")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+            loss, logits = take_step(cfg, step, model, forward, optimizer, x, y, mask, positions)
             step += 1
             tokens += x.numel()
             if step % 10 == 0 or step == cfg["steps"]:
@@ -502,7 +567,8 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
                                       "lr": learning_rate(step - 1, cfg), "tokens_per_s": round(rate)}) + "\n")
                 bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.2f}", tok_s=f"{rate:,.0f}")
             bar.update(1)
-            if step % cfg["save_every"] == 0 or step == cfg["steps"] or stop or folder != out:
+            check_fit(model, cfg, fit, step, log)
+            if step % cfg["save_every"] == 0 or step == cfg["steps"] or stop or folder != out or fit["steps_to_fit"]:
                 checkpoint(folder)
                 if folder != out:  # the new run's first step has passed: now it replaces what --out held
                     swap_in(folder, out)
@@ -510,6 +576,8 @@ def train(cfg: dict, on_step=None) -> tuple[lengen.GPT, dict]:
             if stop:
                 raise Interrupted(f"interrupted by {signal.Signals(stop[0]).name} at step {step}; checkpoint "
                                   f"saved: continue with python train.py --resume --out {out}")
+    if fit["bar"]:  # what the caller reads: fitted at which step, or not within --steps
+        save_atomic(os.path.join(out, "fit.json"), lambda f: f.write(json.dumps(fit).encode()))
     model.eval()
     return model, cfg
 

@@ -1,5 +1,6 @@
-"""Every encoding on every algorithmic task, trained at <= L and measured up to 8L, with and without randomized
-positions: the comparison the published studies each make on a few encodings and their own tasks.
+"""Every encoding on every algorithmic task, each model trained until it has learned its task at the training
+lengths, then measured up to 8L, with and without randomized positions: the comparison the published studies
+each make on a few encodings and their own tasks.
 
     python eval.py --experiment encodings --jobs 2 --threads 1     # results/encodings.{md,json,png}
 
@@ -9,9 +10,13 @@ bias, ALiBi, RoPE and absolute positions in decoder-only models; FIRE (arXiv 231
 NoPE, RoPE, ALiBi, KERPLE and T5's bias; xPos (arXiv 2212.10554) with RoPE. Here all nine encodings of
 lengen.py meet the same tasks, model, budget and seeds.
 
+A claim about how a model behaves beyond its training length is only tested by models that learned the task
+at that length: one that did not is still learning, and its accuracy beyond L says how far training got. So
+every model trains until it fits (train.py --fit-bar), and a claim is measured only on the models that did.
+
 Read top to bottom: the setup; training and measuring one model (one job; the jobs are independent, so
---jobs N runs them in N processes with identical results); the published findings as claims with
-thresholds; the markdown and the heatmaps; run(args).
+--jobs N runs them in N processes with identical results); the published findings as claims and the rule that
+decides them; the markdown and the heatmaps; run(args).
 """
 from __future__ import annotations
 
@@ -23,23 +28,40 @@ from tqdm import tqdm
 import lengen
 import tasks
 import train
-from eval import (THRESHOLD, beyond, command_line, cpu_seconds, fmt, map_jobs, paired_gain, scale_name, spread,
-                  train_once, verdict, write_results)
+from eval import (THRESHOLD, UNFIT, all_of, beyond, command_line, cpu_seconds, fmt, map_jobs, scale_name, spread,
+                  train_once, unit_verdict, write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The setup
 # ---------------------------------------------------------------------------------------------------------
 
-# One model for all: train.py's defaults (2 layers, 2 heads, dim 64, batch 32, AdamW 1e-3 with warm-up
-# and cosine decay), trained at lengths L/2..L and evaluated with contiguous positions at 1, 2, 4 and 8 x L.
-# Randomized positions are drawn from [0, 8L) (train.py's default range), so every position met at
-# evaluation was met in training, as in Ruoss et al.; the learned table has 8L rows either way.
+# One model for all: train.py's defaults (2 layers, 2 heads, dim 64, batch 32, AdamW 1e-3 with warm-up and
+# cosine decay over the cap), trained at lengths L/2..L until it fits, evaluated at 1, 2, 4 and 8 x L.
+# Fit: accuracy >= FIT_BAR on train.py's held-out fit sequences at L (a seed of their own, neither the training
+# stream nor the test set), checked every `every` steps, up to `cap` steps. The same rule for every model.
+#
+# Randomized positions follow Ruoss et al.'s protocol: in training AND at evaluation, each sequence's position
+# ids are a sorted random draw from [0, 8L), a range as long as the longest test length (at 8L the draw is every
+# id: contiguous). Their models always draw (the draw is part of the model); evaluating such a model with
+# contiguous ids instead would measure it on gaps it never saw, even at L.
 TASKS = ("copy", "reverse", "duplicate", "associative_recall", "retrieval", "shift", "latest_recall")
 SCALES = {
-    "quick": dict(L=12, steps=20, seeds=(0,), samples=16, tasks=("copy", "associative_recall")),
-    "default": dict(L=32, steps=1000, seeds=(0, 1), samples=128, tasks=TASKS),
-    "full": dict(L=32, steps=4000, seeds=(0, 1, 2, 3, 4), samples=512, tasks=TASKS),
+    "quick": dict(L=12, cap=20, every=10, seeds=(0,), samples=16, tasks=("reverse", "shift")),
+    "default": dict(L=32, cap=2500, every=100, seeds=(0, 1), samples=256, tasks=("reverse", "retrieval", "shift")),
+    "full": dict(L=32, cap=12000, every=100, seeds=(0, 1, 2, 3, 4), samples=512, tasks=TASKS),
 }
+FIT_BAR = 0.9
+# How the default grid was chosen, before the run, from RoPE alone and at L only (never beyond it): one seed
+# per task, contiguous and randomized, python train.py --task TASK --encoding rope --positions P --train-len
+# 16:32 --steps 4000 --fit-bar 0.9 --fit-every 250 --threads 1. Steps to fit, or the last check's accuracy:
+PROBE = {"copy": "3500 (randomized: 0.84 at 4000)", "duplicate": "3500 (randomized: 0.89 at 4000)",
+         "associative_recall": "0.17 at 1750 (randomized: 0.15 at 1500; both stopped there)",
+         "latest_recall": "0.55 at 1500 (randomized: 0.56 at 1500; both stopped there)",
+         "reverse": "500 (randomized: 0.63 at 4000)", "retrieval": "250 (randomized: 0.35 at 4000)",
+         "shift": "250 (randomized: 4000)"}
+# The default keeps the tasks contiguous RoPE fits within a few hundred steps, with a cap that lets the whole
+# grid finish in 45 minutes on 2 cores (choice() below says what was left out, and why).
+MIN_SEEDS = 2  # a cell (task, variant) counts as fitted when at least this many seeds ran, and every one fitted
 ENCODINGS = tuple(lengen.ENCODINGS)  # nope, learned, sinusoidal, rope, xpos, alibi, t5, kerple, fire
 # NoPE reads no position, and train.py draws position ids from a generator of their own, so NoPE with
 # randomized positions is bit for bit the same run as without: it is trained once and shown once.
@@ -61,18 +83,29 @@ def label(encoding: str, positions: str) -> str:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def train_and_measure(job: tuple) -> list[float]:
-    """Train one model with train.py's own code and return its accuracy at every multiple of L. The same
-    evaluation sequences for every model (train.evaluate draws them from one fixed seed)."""
-    task, encoding, positions, seed, setup, root, device = job
+def model_argv(task: str, encoding: str, positions: str, seed: int, setup: dict, root: str, device: str) -> list:
+    """The train.py command line of one model: what it trains with, and what results/encodings.json lists."""
     L = setup["L"]
-    out = os.path.join(root, task, f"{encoding}-{positions}-s{seed}")
-    train_once(["--task", task, "--encoding", encoding, "--positions", positions, "--train-len", f"{L // 2}:{L}",
-               "--steps", str(setup["steps"]), "--seed", str(seed), "--device", device, "--out", out,
-               "--eval-samples", "0", "--force", "--quiet"])
+    return ["--task", task, "--encoding", encoding, "--positions", positions, "--train-len", f"{L // 2}:{L}",
+            "--steps", str(setup["cap"]), "--fit-bar", str(FIT_BAR), "--fit-every", str(setup["every"]),
+            "--seed", str(seed), "--device", device,
+            "--out", os.path.join(root, task, f"{encoding}-{positions}-s{seed}"), "--eval-samples", "0", "--force",
+            "--quiet"]
+
+
+def train_and_measure(job: tuple) -> dict:
+    """Train one model with train.py's own code until it fits (or the cap), and return its accuracy at every
+    multiple of L with the positions it was trained with, and the step at which it fitted (None: did not).
+    The same evaluation sequences for every model (train.evaluate draws them from one fixed seed)."""
+    task, encoding, positions, seed, setup, root, device = job
+    argv = model_argv(task, encoding, positions, seed, setup, root, device)
+    out = train_once(argv)["run"]
     model, cfg = train.load_run(out, device)
-    return [train.evaluate(model, task, m * L, cfg["task_options"], setup["samples"], device=device)["accuracy"]
-            for m in MULTIPLES]
+    fit = train.read_fit(out)
+    accuracy = [train.evaluate(model, task, m * setup["L"], cfg["task_options"], setup["samples"], device=device,
+                               positions=positions, max_position=cfg["max_position"])["accuracy"]
+                for m in MULTIPLES]
+    return {"accuracy": accuracy, "steps_to_fit": fit["steps_to_fit"], "steps": fit["checks"][-1][0]}
 
 
 def chance(task: str) -> float:
@@ -82,20 +115,15 @@ def chance(task: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The published findings, as claims
+# The published findings, as claims, and the rule (eval.unit_verdict, fixed before the run)
 # ---------------------------------------------------------------------------------------------------------
-
-def average(accuracy: dict, tasks_: list[str], encoding: str, positions: str, at=beyond) -> list[float]:
-    """Per seed: the mean over tasks of at(accuracies) for one variant (beyond L by default)."""
-    per_task = [[at(a) for a in accuracy[t][label(encoding, positions)]] for t in tasks_]
-    return [sum(values) / len(values) for values in zip(*per_task)]
-
-
-def ranking(accuracy: dict, tasks_: list[str], encodings: tuple[str, ...]) -> list[tuple[str, float]]:
-    """Encodings (contiguous positions) from best to worst by mean accuracy beyond L over tasks and seeds."""
-    means = {e: spread(average(accuracy, tasks_, e, "contiguous"))["mean"] for e in encodings}
-    return sorted(means.items(), key=lambda item: -item[1])
-
+#
+# A comparison "A beats B" is measured on the tasks where both cells fitted (MIN_SEEDS seeds or more, every one
+# fitted). Per seed, the mean over those tasks of A's accuracy beyond L minus B's; the seeds are the
+# independent units of eval.unit_verdict: reproduced when the mean is >= THRESHOLD and every seed is positive,
+# not reproduced when the 95 % t-interval lies below THRESHOLD (reversed: <= -THRESHOLD, every seed negative),
+# undecided otherwise, and "undecided (models did not fit)" when no task has both cells fitted. A claim that A
+# beats several encodings needs each comparison (eval.all_of).
 
 PAPER = {
     "randomized positions help": "Ruoss et al. (2305.16843): randomized positions raise test accuracy beyond the "
@@ -110,31 +138,51 @@ KAZEMNEJAD = ("nope", "t5", "alibi", "rope", "learned", "sinusoidal")
 FIRE_FIELD = ("fire", "nope", "rope", "alibi", "kerple", "t5")
 
 
-def claims(accuracy: dict, tasks_: list[str]) -> dict:
-    """Each finding measured with the same rule: seed-paired where it compares two models, a ranking where
-    the paper ranks several; 'partly' says how much of it holds."""
+def fitted(steps: dict, task: str, row: str) -> bool:
+    per_seed = steps[task][row]
+    return len(per_seed) >= MIN_SEEDS and all(s is not None for s in per_seed)
+
+
+def gain(accuracy: dict, steps: dict, triples: list[tuple[str, str, str]], at=beyond) -> dict:
+    """(task, better, worse) comparisons pooled: per seed, the mean of at(better) - at(worse) over the triples
+    whose two cells fitted; its verdict by eval.unit_verdict, and how many triples of how many it rests on."""
+    kept = [(t, b, w) for t, b, w in triples if fitted(steps, t, b) and fitted(steps, t, w)]
+    seeds = len(accuracy[kept[0][0]][kept[0][1]]) if kept else 0
+    per_seed = [sum(at(accuracy[t][b][s]) - at(accuracy[t][w][s]) for t, b, w in kept) / len(kept)
+                for s in range(seeds)]
+    return {**unit_verdict(per_seed, THRESHOLD, fitted=bool(kept)), "tasks": [t for t, _, _ in kept],
+            "of": len(triples)}
+
+
+def shown(g: dict, what: str = "tasks") -> str:
+    """'+0.123 [+0.050, +0.196] (2 of 3 tasks)': the mean and t-interval over seeds, and how many of the
+    comparisons had both cells fitted; or 'not fitted'."""
+    if g["verdict"] == UNFIT:
+        return "not fitted"
+    interval = f" [{g['low']:+.3f}, {g['high']:+.3f}]" if len(g["per_unit"]) > 1 else ""
+    return f"{g['mean']:+.3f}{interval} ({len(g['tasks'])} of {g['of']} {what})"
+
+
+def claims(accuracy: dict, steps: dict, tasks_: list[str]) -> dict:
     out = {}
-    gains = {e: paired_gain(average(accuracy, tasks_, e, "randomized"), average(accuracy, tasks_, e, "contiguous"),
-                            THRESHOLD) for e in ENCODINGS if e != "nope"}
-    held = [e for e, g in gains.items() if g["holds"]]
-    # the same difference at L itself: randomized training may cost accuracy where nothing is extrapolated
-    at_L = spread([a - b for e in gains for a, b in zip(average(accuracy, tasks_, e, "randomized", lambda a: a[0]),
-                                                         average(accuracy, tasks_, e, "contiguous", lambda a: a[0]))])
+    randomized = [e for e in ENCODINGS if e != "nope"]
+    pairs = [(t, label(e, "randomized"), e) for e in randomized for t in tasks_]
+    pooled = gain(accuracy, steps, pairs)
+    at_L = gain(accuracy, steps, pairs, at=lambda a: a[0])  # where nothing is extrapolated
+    each = {e: gain(accuracy, steps, [(t, label(e, "randomized"), e) for t in tasks_]) for e in randomized}
     out["randomized positions help"] = {
-        "measured": "; ".join(f"{e} {fmt(g, '+.3f')}" for e, g in gains.items())
-                    + f" (at L itself: {at_L['mean']:+.3f} on average)",
-        "mean_gain": spread([g["mean"] for g in gains.values()])["mean"], "gain_at_L": at_L["mean"],
-        "verdict": verdict(len(held) == len(gains), bool(held)), "holds_for": held}
-    for claim, field, winner in (("NoPE generalizes best", KAZEMNEJAD, "nope"),
-                                 ("FIRE generalizes best", FIRE_FIELD, "fire")):
-        order = ranking(accuracy, tasks_, field)
-        place = [e for e, _ in order].index(winner)
-        out[claim] = {"measured": " > ".join(f"{e} {m:.3f}" for e, m in order), "place": place + 1,
-                      "verdict": verdict(place == 0, place < len(order) / 2)}
-    g = paired_gain(average(accuracy, tasks_, "xpos", "contiguous"), average(accuracy, tasks_, "rope", "contiguous"),
-                    THRESHOLD)
-    out["xPos beats RoPE"] = {"measured": f"xpos - rope = {fmt(g, '+.3f')}",
-                              "verdict": verdict(g["holds"], g["mean"] > 0)}
+        **pooled, "measured": f"over every fitted (encoding, task) pair: {shown(pooled, 'pairs')}, at L itself "
+                              f"{shown(at_L, 'pairs')}; by encoding: " + "; ".join(f"{e} {shown(g)}"
+                                                                                   for e, g in each.items()),
+        "by_encoding": {e: g["verdict"] for e, g in each.items()}}
+    for claim, field in (("NoPE generalizes best", KAZEMNEJAD), ("FIRE generalizes best", FIRE_FIELD)):
+        winner, others = field[0], field[1:]
+        each = {o: gain(accuracy, steps, [(t, winner, o) for t in tasks_]) for o in others}
+        out[claim] = {"measured": "; ".join(f"{winner} - {o} {shown(g)}" for o, g in each.items()),
+                      "comparisons": {o: g["verdict"] for o, g in each.items()},
+                      "verdict": all_of([g["verdict"] for g in each.values()])}
+    g = gain(accuracy, steps, [(t, "xpos", "rope") for t in tasks_])
+    out["xPos beats RoPE"] = {**g, "measured": f"xpos - rope {shown(g)}"}
     return out
 
 
@@ -142,17 +190,49 @@ def claims(accuracy: dict, tasks_: list[str]) -> dict:
 # Markdown and figure
 # ---------------------------------------------------------------------------------------------------------
 
+def rows() -> list[str]:
+    return [label(e, p) for e, p in variants()]
+
+
 def grid(data: dict, at) -> list[str]:
-    """One row per variant, one column per task and their mean: mean ± sd over seeds of at(accuracies)."""
-    tasks_, rows = data["settings"]["tasks"], [label(e, p) for e, p in variants()]
-    out = ["| encoding | " + " | ".join(f"{t} ({chance(t):.2f})" for t in tasks_) + " | mean |",
+    """One row per variant, one column per task: mean ± sd over seeds of at(accuracies); a cell that did not
+    fit is marked †, and the row's mean is over its fitted cells."""
+    tasks_ = data["settings"]["tasks"]
+    out = ["| encoding | " + " | ".join(f"{t} ({chance(t):.2f})" for t in tasks_) + " | mean of fitted |",
            "|---|" + "---:|" * (len(tasks_) + 1)]
-    for row in rows:
-        per_task = [[at(a) for a in data["accuracy"][t][row]] for t in tasks_]  # each: one value per seed
-        per_seed = [sum(v) / len(v) for v in zip(*per_task)]
-        cells = [fmt(values, form="sd") for values in per_task]
-        out.append(f"| {row} | " + " | ".join(cells) + f" | **{fmt(per_seed, form='sd')}** |")
+    for row in rows():
+        cells, kept = [], []
+        for t in tasks_:
+            values = [at(a) for a in data["accuracy"][t][row]]
+            ok = fitted(data["steps_to_fit"], t, row)
+            cells.append(fmt(values, form="sd") + ("" if ok else " †"))
+            kept += [values] if ok else []
+        mean = fmt([sum(v) / len(v) for v in zip(*kept)], form="sd") if kept else "—"
+        out.append(f"| {row} | " + " | ".join(cells) + f" | **{mean}** |")
     return out
+
+
+def steps_grid(data: dict) -> list[str]:
+    tasks_ = data["settings"]["tasks"]
+    out = ["| encoding | " + " | ".join(tasks_) + " | cells fitted |", "|---|" + "---:|" * (len(tasks_) + 1)]
+    for row in rows():
+        per_task = [data["steps_to_fit"][t][row] for t in tasks_]
+        cells = [", ".join("—" if s is None else str(s) for s in per_seed) for per_seed in per_task]
+        count = sum(fitted(data["steps_to_fit"], t, row) for t in tasks_)
+        out.append(f"| {row} | " + " | ".join(cells) + f" | {count} of {len(tasks_)} |")
+    return out
+
+
+def choice(setup: dict) -> list[str]:
+    """How the default grid was chosen: the probe, and what it left out."""
+    left = [t for t in TASKS if t not in setup["tasks"]]
+    return ["**How the grid was chosen** (before the run, on RoPE at L only): one RoPE model per task and "
+            "positions, trained to 4000 steps with a fit check every 250 (`python train.py --task TASK --encoding "
+            "rope --positions P --train-len 16:32 --steps 4000 --fit-bar 0.9 --fit-every 250`). Steps to fit, or "
+            "the last check's accuracy: " + "; ".join(f"{t} {PROBE[t]}" for t in TASKS) + f". This scale keeps "
+            f"{', '.join(setup['tasks'])} with a cap of {setup['cap']} steps; {', '.join(left)} are in `--full` "
+            "(12000 steps, 5 seeds): copy and duplicate cost RoPE ~3500 steps a model, which the whole grid cannot "
+            "afford in 45 minutes on 2 cores, and no RoPE model came near the bar on the two recall tasks.", ""]
 
 
 def markdown(data: dict) -> str:
@@ -160,54 +240,68 @@ def markdown(data: dict) -> str:
     L = setup["L"]
     out = ["# Every encoding on every task", "",
            f"`{data['command']}`: {rt['wall_s'] / 60:.1f} min wall, {rt['cpu_s'] / 60:.1f} min CPU (all "
-           f"processes), {rt['jobs']} job(s) of {rt['threads']} thread(s), {rt['cores']} cores; "
-           f"{data['models']} models.", "",
-           f"Every model: 2 layers, 2 heads, dim 64, {setup['steps']} steps of 32 sequences at lengths "
-           f"{L // 2}..{L}; evaluated with contiguous positions on {setup['samples']} sequences at "
-           f"{', '.join(str(m * L) for m in MULTIPLES)} tokens; seeds {', '.join(map(str, setup['seeds']))}. "
-           f"'+ rand': positions drawn from [0, {8 * L}) in training. Beyond L = the mean of "
-           f"{', '.join(str(m * L) for m in MULTIPLES[1:])}. A gain counts at >= {THRESHOLD} on average and "
-           "> 0 in every seed.", "",
-           "## The published findings", "",
-           "| claim | what the paper says | measured here (mean over tasks, beyond L) | verdict |", "|---|---|---|---|"]
+           f"processes), {rt['jobs']} job(s) of {rt['threads']} thread(s), {rt['cores']} cores; {data['models']} "
+           f"models, {data['steps_trained']:,} training steps in all (training every model to the cap would take "
+           f"{data['models'] * setup['cap']:,}).", "",
+           f"Every model: 2 layers, 2 heads, dim 64, batches of 32 sequences at lengths {L // 2}..{L}, AdamW 1e-3 "
+           f"with cosine decay over a cap of {setup['cap']} steps, stopped as soon as it **fits**: accuracy >= "
+           f"{FIT_BAR} on {train.FIT_SAMPLES} held-out sequences at {L} tokens (a seed used nowhere else), checked "
+           f"every {setup['every']} steps. Evaluated on {setup['samples']} test sequences at "
+           f"{', '.join(str(m * L) for m in MULTIPLES)} tokens, the same for every model; seeds "
+           f"{', '.join(map(str, setup['seeds']))}. '+ rand' (Ruoss et al.'s protocol): in training and at "
+           f"evaluation, position ids are a sorted random draw from [0, {8 * L}); the others use contiguous ids. "
+           f"Beyond L = the mean of {', '.join(str(m * L) for m in MULTIPLES[1:])}.", "",
+           *(choice(setup) if data["scale"] == "default" else []),
+           "**The rule, fixed before the run.** A cell (task, encoding) counts when at least "
+           f"{MIN_SEEDS} seeds ran and every one fitted; a comparison A - B is measured on the tasks where both "
+           "cells count: per seed, the mean over those tasks of A's accuracy beyond L minus B's. Reproduced: the "
+           f"mean is >= {THRESHOLD} and every seed positive; not reproduced: the 95 % t-interval over seeds lies "
+           f"below {THRESHOLD} (reversed: the mean <= -{THRESHOLD} and every seed negative); undecided: anything "
+           f"else; **{UNFIT}**: no task where both cells count. A claim that one encoding beats several needs each "
+           "comparison: reproduced when all are, not (or partly) reproduced when one fails, undecided otherwise.",
+           "", "## The published findings", "",
+           "| claim | what the paper says | measured here (beyond L, mean [95 % t-interval over seeds]) | verdict |",
+           "|---|---|---|---|"]
     for claim, result in data["claims"].items():
         out.append(f"| {claim} | {PAPER[claim]} | {result['measured']} | **{result['verdict']}** |")
-    gap = data["claims"]["randomized positions help"]["gain_at_L"]
-    out += ["", f"Randomized training changed accuracy at L itself, where nothing is extrapolated, by {gap:+.3f} on "
-            "average. Where that is well below zero, those models had not yet learned the tasks in distribution within "
-            "this budget, and their accuracy beyond L measures that as much as generalization: what would decide the "
-            "first claim is training until both kinds fit the training lengths equally well (`--full` trains 4x "
-            "longer, with 5 seeds).", "",
-            "## Accuracy beyond L (mean ± sd over seeds; chance in brackets)", ""] + grid(data, beyond)
-    out += ["", "## Accuracy at L, in distribution: did the model learn the task at all?", ""]
+    out += ["", "## Steps to fit (per seed; — did not fit within the cap)", ""] + steps_grid(data)
+    out += ["", "## Accuracy beyond L (mean ± sd over seeds; chance in brackets; † the cell did not fit)", ""]
+    out += grid(data, beyond)
+    out += ["", "## Accuracy at L, in distribution (the test set, not the fit sequences)", ""]
     out += grid(data, lambda a: a[0])
-    out += ["", "Every number: `results/encodings.json`. Heatmaps: `results/encodings.png`."]
+    out += ["", "Every number, and every model's train.py command: `results/encodings.json`. Heatmaps: "
+            "`results/encodings.png`."]
     return "\n".join(out) + "\n"
 
 
 def figure(data: dict):
-    tasks_, rows = data["settings"]["tasks"], [label(e, p) for e, p in variants()]
+    tasks_, labels = data["settings"]["tasks"], rows()
+    cap = data["settings"]["cap"]
 
     def matrix(at):
-        cells = [[spread([at(a) for a in data["accuracy"][t][row]])["mean"] for t in tasks_] for row in rows]
-        return [r + [sum(r) / len(r)] for r in cells]
+        return [[spread([at(a) for a in data["accuracy"][t][row]])["mean"] for t in tasks_] for row in labels]
+
+    def steps(row, t):  # mean steps to fit over seeds, a seed that did not fit counting as the cap
+        return sum(cap if s is None else s for s in data["steps_to_fit"][t][row]) / len(data["steps_to_fit"][t][row])
 
     def draw(plt):
-        fig, axes = plt.subplots(1, 2, figsize=(15, 0.42 * len(rows) + 2.2))
+        fig, axes = plt.subplots(1, 3, figsize=(16, 0.42 * len(labels) + 2.2))
         L = data["settings"]["L"]
-        for ax, (title, at) in zip(axes, [(f"beyond L ({2 * L}-{8 * L} tokens)", beyond),
-                                          (f"at L ({L} tokens), in distribution", lambda a: a[0])]):
-            values = matrix(at)
-            ax.imshow(values, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-            for i, row in enumerate(values):
-                for j, v in enumerate(row):
-                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                            color="black" if v > 0.6 else "white")
-            ax.set_xticks(range(len(tasks_) + 1), [t.replace("_", "\n") for t in tasks_] + ["mean"], fontsize=8)
-            ax.set_yticks(range(len(rows)), rows, fontsize=8)
-            ax.set_title(f"accuracy {title}", fontsize=10)
-        fig.suptitle(f"Every encoding on every task (trained at {L // 2}-{L} tokens; mean over "
-                     f"{len(data['settings']['seeds'])} seed(s); '+ rand': randomized positions in training)",
+        panels = [(f"accuracy beyond L ({2 * L}-{8 * L} tokens)", matrix(beyond), 1, "{:.2f}"),
+                  (f"accuracy at L ({L} tokens)", matrix(lambda a: a[0]), 1, "{:.2f}"),
+                  (f"steps to fit (cap {cap})", [[steps(r, t) for t in tasks_] for r in labels], cap, "{:.0f}")]
+        for ax, (title, values, top, form) in zip(axes, panels):
+            ax.imshow(values, vmin=0, vmax=top, cmap="viridis", aspect="auto")
+            for i, (row, line) in enumerate(zip(labels, values)):
+                for j, (t, v) in enumerate(zip(tasks_, line)):
+                    mark = "" if fitted(data["steps_to_fit"], t, row) else "†"
+                    ax.text(j, i, form.format(v) + mark, ha="center", va="center", fontsize=7,
+                            color="black" if v > 0.6 * top else "white")
+            ax.set_xticks(range(len(tasks_)), [t.replace("_", "\n") for t in tasks_], fontsize=8)
+            ax.set_yticks(range(len(labels)), labels, fontsize=8)
+            ax.set_title(title, fontsize=10)
+        fig.suptitle(f"Every encoding on every task, trained at {L // 2}-{L} tokens until it fits (mean over "
+                     f"{len(data['settings']['seeds'])} seed(s); † did not fit; '+ rand': randomized positions)",
                      fontsize=10)
         fig.tight_layout()
         return fig
@@ -228,14 +322,18 @@ def run(args) -> None:
             for seed in setup["seeds"]]
     with tqdm(total=len(jobs), desc="encodings") as bar:
         results = map_jobs(train_and_measure, jobs, args.jobs, args.threads or 1, bar)
-    # accuracy[task][variant label] = one list of accuracies at MULTIPLES x L per seed
+    # accuracy[task][variant label]: one list of accuracies at MULTIPLES x L per seed; steps_to_fit likewise
     accuracy = {t: {label(e, p): [] for e, p in variants()} for t in setup["tasks"]}
-    for (t, e, p, _, _, _, _), acc in zip(jobs, results):
-        accuracy[t][label(e, p)].append(acc)
+    steps = {t: {label(e, p): [] for e, p in variants()} for t in setup["tasks"]}
+    for (t, e, p, _, _, _, _), result in zip(jobs, results):
+        accuracy[t][label(e, p)].append(result["accuracy"])
+        steps[t][label(e, p)].append(result["steps_to_fit"])
     runtime = {"wall_s": round(time.perf_counter() - start, 1), "cpu_s": round(cpu_seconds() - cpu_start, 1),
                "jobs": args.jobs, "threads": args.threads or 1, "cores": os.cpu_count()}
     data = {"command": command_line(args), "runtime": runtime, "scale": scale, "settings": setup,
-            "models": len(jobs), "lengths": [m * setup["L"] for m in MULTIPLES], "threshold": THRESHOLD,
-            "chance": {t: chance(t) for t in setup["tasks"]}, "accuracy": accuracy,
-            "claims": claims(accuracy, setup["tasks"])}
+            "fit_bar": FIT_BAR, "models": len(jobs), "steps_trained": sum(r["steps"] for r in results),
+            "lengths": [m * setup["L"] for m in MULTIPLES], "threshold": THRESHOLD,
+            "chance": {t: chance(t) for t in setup["tasks"]}, "accuracy": accuracy, "steps_to_fit": steps,
+            "claims": claims(accuracy, steps, setup["tasks"]),
+            "commands": ["python train.py " + " ".join(model_argv(*job)) for job in jobs]}
     write_results("encodings", markdown(data), data, figure(data), args.out_dir)

@@ -192,8 +192,7 @@ def claims(accuracy: dict, fitted: list[bool]) -> dict:
     out = {}
     for name, (_, better, worse, measure_) in CLAIMS.items():
         kept = {m: [runs for runs, fit in zip(accuracy[m], fitted) if fit] for m in (better, worse)}
-        result = unit_verdict(base_gains(kept, better, worse, measure_), THRESHOLD) if sum(fitted) >= 2 else \
-            {"per_unit": [], "verdict": "undecided (models did not fit)"}
+        result = unit_verdict(base_gains(kept, better, worse, measure_), THRESHOLD, fitted=sum(fitted) >= 2)
         out[name] = {"better": better, "worse": worse, **result}
     return out
 

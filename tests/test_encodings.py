@@ -151,3 +151,23 @@ def test_forward_at_16k_tokens_in_bounded_memory(encoding):
                          check=True).stdout.split()
     peak_mb, finite = float(out[0]), out[1] == "True"
     assert finite and peak_mb < 200, (encoding, peak_mb)
+
+
+def test_kerple_rates_are_held_at_their_floor_after_each_step_and_keep_learning():
+    """As in KERPLE's code: a rate a step pushes below 0.01 is set back to 0.01 (in place, after the step), and a
+    rate at the floor still gets a gradient. Bugs caught: no reset (the rate drifts below the floor), a reset
+    inside the forward that also blocks the gradient at the floor."""
+    pos = L.KerpleLog(heads=2)
+    with torch.no_grad():
+        pos.r1.copy_(torch.tensor([0.02, 1.0]))
+        pos.r2.copy_(torch.tensor([0.5, 0.5]))
+    optimizer = torch.optim.SGD(pos.parameters(), lr=1.0)
+    ids = torch.arange(6)
+    (-pos.bias(ids, ids).sum()).backward()  # lowering r1 raises this: r1 is pushed down hard
+    optimizer.step()
+    assert float(pos.r1[0]) < 0.01
+    pos.after_step()
+    assert float(pos.r1[0]) == pytest.approx(0.01) and bool((pos.r1 >= 0.01).all() and (pos.r2 >= 0.01).all())
+    optimizer.zero_grad()
+    (-pos.bias(ids, ids).sum()).backward()
+    assert float(pos.r1.grad[0]) != 0  # at the floor, still learning

@@ -25,7 +25,15 @@ def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
         for per_seed in by_variant.values():
             assert len(per_seed) == len(QUICK["seeds"]) and all(len(acc) == len(exp.MULTIPLES) for acc in per_seed)
             assert all(0 <= a <= 1 for acc in per_seed for a in acc)
-    assert data["claims"] == json.loads(json.dumps(exp.claims(data["accuracy"], QUICK["tasks"])))
+    assert data["claims"] == json.loads(json.dumps(exp.claims(data["accuracy"], data["steps_to_fit"], QUICK["tasks"])))
+    cap, every = QUICK["cap"], QUICK["every"]
+    for t in QUICK["tasks"]:  # steps to fit: per seed, a checked step within the cap, as the run's fit.json says
+        for e, p in exp.variants():
+            for seed, steps in zip(QUICK["seeds"], data["steps_to_fit"][t][exp.label(e, p)]):
+                assert steps is None or (steps % every == 0 and steps <= cap)
+                run = tmp_path / "runs" / "encodings" / "quick" / t / f"{e}-{p}-s{seed}"
+                assert train.read_fit(str(run))["steps_to_fit"] == steps
+    assert len(data["commands"]) == data["models"] and all(" --fit-bar 0.9 " in c for c in data["commands"])
     assert data["models"] == len(labels) * len(QUICK["tasks"]) * len(QUICK["seeds"])
     markdown = (tmp_path / "results" / "quick" / "encodings.md").read_text()
     assert "python eval.py --experiment encodings --quick --threads 1" in markdown
@@ -34,33 +42,60 @@ def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
         assert (tmp_path / "results" / "quick" / "encodings.png").stat().st_size > 0
 
 
-def synthetic(beyond_of):
-    """An accuracy table in which variant v scores beyond_of(v, seed) beyond L (and 1.0 at L) on every task."""
-    return {t: {exp.label(e, p): [[1.0] + [beyond_of(exp.label(e, p), seed)] * 3 for seed in (0, 1)]
-                for e, p in exp.variants()} for t in ("copy", "reverse")}
+def synthetic(beyond_of, fits=lambda row, task: True):
+    """A made-up grid over copy and reverse, two seeds: variant v scores beyond_of(v, seed) beyond L (1.0 at L)
+    on every task, and fitted (at step 500) where fits(v, task)."""
+    tasks_ = ("copy", "reverse")
+    accuracy = {t: {exp.label(e, p): [[1.0] + [beyond_of(exp.label(e, p), seed)] * 3 for seed in (0, 1)]
+                    for e, p in exp.variants()} for t in tasks_}
+    steps = {t: {row: [500 if fits(row, t) else None] * 2 for row in accuracy[t]} for t in tasks_}
+    return accuracy, steps, list(tasks_)
 
 
 def test_verdicts_follow_the_numbers():
-    """Bugs caught: a ranking read upside down, a gain counted when one seed loses, the winner's place off
-    by one, a gain written without its sign or its range. Four made-up tables where the right verdict is known."""
-    table = synthetic(lambda v, seed: {"nope": 0.9, "fire": 0.35, "t5": 0.8, "xpos": 0.3}.get(v.split(" ")[0], 0.4)
-                      + (0.1 if v.endswith("+ rand") else 0.0))
-    claims = exp.claims(table, ["copy", "reverse"])
+    """Bugs caught: a ranking read upside down, a gain counted when one seed loses, one failed comparison not
+    failing the claim, a gain written without its sign or its interval. Made-up grids where the verdict is known."""
+    grid = synthetic(lambda v, seed: {"nope": 0.9, "fire": 0.35, "t5": 0.8, "xpos": 0.3}.get(v.split(" ")[0], 0.4)
+                     + (0.1 if v.endswith("+ rand") else 0.0) + 0.01 * seed)
+    claims = exp.claims(*grid)
     assert claims["randomized positions help"]["verdict"] == "reproduced"
-    assert claims["randomized positions help"]["measured"].startswith("learned +0.100 [+0.100, +0.100]; ")
+    assert claims["randomized positions help"]["measured"].startswith(
+        "over every fitted (encoding, task) pair: +0.100 [+0.100, +0.100] (16 of 16 pairs), at L itself +0.000")
     assert claims["NoPE generalizes best"]["verdict"] == "reproduced"
-    assert claims["FIRE generalizes best"]["place"] == 6  # last of six
-    assert claims["FIRE generalizes best"]["verdict"] == "not reproduced"
-    table["copy"]["fire"] = table["reverse"]["fire"] = [[1.0, 0.45, 0.45, 0.45]] * 2
-    claims = exp.claims(table, ["copy", "reverse"])  # now third of six: behind nope 0.9 and t5 0.8
-    assert claims["FIRE generalizes best"]["place"] == 3
+    assert claims["FIRE generalizes best"]["verdict"] == "not reproduced"  # it loses every comparison
+    assert claims["xPos beats RoPE"]["verdict"] == "not reproduced (reversed)"  # 0.3 against 0.4 on both seeds
+    accuracy, steps, tasks_ = grid
+    for t in tasks_:
+        accuracy[t]["fire"] = [[1.0] + [0.5] * 3, [1.0] + [0.51] * 3]  # beats rope 0.4 and alibi, not t5 0.8
+    claims = exp.claims(accuracy, steps, tasks_)
+    assert claims["FIRE generalizes best"]["comparisons"]["rope"] == "reproduced"
     assert claims["FIRE generalizes best"]["verdict"] == "partly reproduced"
-    assert claims["xPos beats RoPE"]["verdict"] == "not reproduced"  # 0.3 against 0.4
     mixed = synthetic(lambda v, seed: 0.5 + (0.1 if v == "rope + rand" else 0.2 * (seed - 0.5) if "+ rand" in v
-                                              else 0.0))
-    claims = exp.claims(mixed, ["copy", "reverse"])
-    assert claims["randomized positions help"]["holds_for"] == ["rope"]  # the others lose in seed 0
-    assert claims["randomized positions help"]["verdict"] == "partly reproduced"
+                                             else 0.0))
+    assert exp.claims(*mixed)["randomized positions help"]["verdict"] == "undecided"  # the seeds disagree
+
+
+def test_the_fit_gate_decides_what_a_claim_can_say():
+    """The issue's two grids. Randomized models that did not fit: undecided (models did not fit), though they
+    lose beyond L. The same models fitted and losing by a hair on both seeds: not reproduced. Bugs caught: the
+    gate ignored (then "not reproduced" rests on models that never learned the task), or applied to the
+    wrong cells (then the fitted grid is undecided too)."""
+    def worse(v, seed):
+        return 0.5 - (0.01 + 0.001 * seed if v.endswith("+ rand") else 0.0)
+
+    unfit = exp.claims(*synthetic(worse, fits=lambda row, task: not row.endswith("+ rand")))
+    assert unfit["randomized positions help"]["verdict"] == eval.UNFIT
+    assert unfit["randomized positions help"]["measured"].startswith("over every fitted (encoding, task) pair: "
+                                                                    "not fitted")
+    assert unfit["NoPE generalizes best"]["verdict"] != eval.UNFIT  # contiguous cells fitted: still measured
+    fitted = exp.claims(*synthetic(worse))
+    assert fitted["randomized positions help"]["verdict"] == "not reproduced"
+    one_task = exp.claims(*synthetic(worse, fits=lambda row, task: task == "copy" or "+ rand" not in row))
+    assert one_task["randomized positions help"]["tasks"] == ["copy"] * 8  # one (encoding, task) pair each
+    one_seed = synthetic(worse)
+    for t in one_seed[2]:
+        one_seed[1][t]["rope + rand"] = [500, None]  # a cell counts only when every seed fitted
+    assert "; rope not fitted; " in exp.claims(*one_seed)["randomized positions help"]["measured"]
 
 
 def test_nope_with_randomized_positions_is_the_same_run(tmp_path):

@@ -210,3 +210,18 @@ def test_method_flags_match_paper_r():
     assert "--scaling" not in ryarn.method_flags("rpe", L, s) and "--positions" not in ryarn.method_flags("yarn", L, s)
     assert ryarn.method_flags("ryarn", L, s, top=8)[-1] == f"{L}:{8 * L}:paper-r"
     assert lengen.LengthCurriculum(L, 2 * L, 10, "paper-r")(0) == L
+
+
+def test_claims_on_models_that_did_not_fit_are_undecided_and_several_comparisons_need_each():
+    """The shared rule's fourth outcome and its combination (eval.verdict, unit_verdict, all_of). Bugs caught:
+    a claim on unfitted models given the numbers' verdict, one failed comparison of several not failing the
+    claim, an open comparison read as a failure, nothing measured read as undecided on fitted models."""
+    assert eval.verdict(True, True, fitted=False) == eval.UNFIT == "undecided (models did not fit)"
+    assert eval.unit_verdict([0.12, 0.10, 0.02], 0.05, fitted=False)["verdict"] == eval.UNFIT
+    assert eval.unit_verdict([], 0.05)["verdict"] == eval.UNFIT
+    assert eval.all_of(["reproduced", "reproduced"]) == "reproduced"
+    assert eval.all_of(["reproduced", "not reproduced (reversed)"]) == "partly reproduced"
+    assert eval.all_of(["undecided", "not reproduced", eval.UNFIT]) == "not reproduced"
+    assert eval.all_of(["reproduced", "undecided"]) == "undecided"
+    assert eval.all_of(["reproduced", eval.UNFIT]) == "undecided"
+    assert eval.all_of([eval.UNFIT, eval.UNFIT]) == eval.UNFIT

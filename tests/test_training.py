@@ -146,3 +146,68 @@ def test_one_name_per_setting():
            "attention": "softmax", "linear_normalised": False, "max_len": 40}
     config = train.model_config(cfg)
     assert [getattr(config, k) for k in fields] == [cfg[k] for k in fields]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# --fit-bar: train until the model has learned its task at the training length
+# ---------------------------------------------------------------------------------------------------------
+
+FIT_RUN = ["--task", "reverse", "--encoding", "rope", "--train-len", "6:12", "--fit-every", "10", "--eval-samples",
+           "0", "--quiet", "--threads", "1"]
+
+
+def test_fit_check_measures_held_out_sequences_at_the_training_length(tmp_path):
+    """The fit check's accuracy is the model's on FIT_SAMPLES fresh sequences at the longest training length,
+    none of them met in training. Bugs caught: fit measured beyond L, on the training batch, or on sequences
+    drawn from the training stream."""
+    seen = []
+    out = str(tmp_path / "run")
+    train.run(FIT_RUN + ["--steps", "30", "--fit-bar", "1.0", "--out", out],
+              on_step=lambda step, x, positions: seen.extend(map(tuple, x.tolist())))
+    fit = train.read_fit(out)
+    assert [step for step, _ in fit["checks"]] == [10, 20, 30] and fit["steps_to_fit"] is None
+    model, cfg = train.load_run(out)
+    x, y, mask = train.tasks.make_batch("reverse", train.FIT_SAMPLES, 12, torch.Generator().manual_seed(train.FIT_SEED))
+    with torch.no_grad():
+        right = ((model(x).argmax(-1) == y) & mask).sum(1) / mask.sum(1)
+    assert fit["checks"][-1][1] == round(float(right.mean()), 4)  # the final model, at step 30
+    assert not set(map(tuple, x.tolist())) & set(seen)
+
+
+def test_training_stops_at_the_first_check_that_reaches_the_bar(tmp_path):
+    """Bugs caught: training on past the fit, the step recorded off by a check, a resumed fitted run training
+    on, a randomized run checked with contiguous ids (it would not reach a bar it reaches in distribution)."""
+    out = str(tmp_path / "run")
+    train.run(FIT_RUN + ["--steps", "200", "--fit-bar", "0.05", "--out", out])
+    fit = train.read_fit(out)
+    assert fit["steps_to_fit"] == 10 and fit["checks"] == [[10, fit["checks"][0][1]]]
+    assert torch.load(os.path.join(out, "checkpoint.pt"))["step"] == 10
+    train.run(["--resume", "--out", out, "--quiet"])
+    assert torch.load(os.path.join(out, "checkpoint.pt"))["step"] == 10
+    assert train.read_fit(out)["steps_to_fit"] == 10
+
+
+def test_fit_check_of_a_randomized_run_uses_its_own_positions(tmp_path, monkeypatch):
+    calls = []
+    evaluate = train.evaluate
+    monkeypatch.setattr(train, "evaluate", lambda *a, **k: calls.append(k) or evaluate(*a, **k))
+    train.run(FIT_RUN + ["--steps", "10", "--fit-bar", "1.0", "--positions", "randomized", "--max-position", "50",
+                         "--out", str(tmp_path / "run")])
+    assert [(k["positions"], k["max_position"]) for k in calls] == [("randomized", 50)]
+
+
+def test_randomized_evaluation_reads_the_same_sequences_at_drawn_positions(monkeypatch):
+    """evaluate(positions="randomized") feeds sorted draws from [0, max_position) with the very sequences a
+    contiguous evaluation reads. Bugs caught: position ids drawn from the data generator (other sequences),
+    ids not passed to the model, a range shorter than the sequence accepted."""
+    model = lengen.GPT(lengen.GPTConfig(vocab_size=10, layers=1, heads=1, dim=16))
+    fed = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda x, positions=None: fed.append((x, positions)) or forward(x, positions))
+    train.evaluate(model, "reverse", 12, {}, samples=4)
+    train.evaluate(model, "reverse", 12, {}, samples=4, positions="randomized", max_position=40)
+    (x0, p0), (x1, p1) = fed
+    assert torch.equal(x0, x1) and p0 is None
+    assert p1.shape == (4, 12) and bool((p1.diff(dim=1) > 0).all()) and int(p1.max()) < 40 and int(p1[:, -1].max()) > 11
+    with pytest.raises(runs.UsageError, match="range of at least 12"):
+        train.evaluate(model, "reverse", 12, {}, samples=4, positions="randomized", max_position=8)
