@@ -258,9 +258,8 @@ def spread(values) -> dict:
 
 
 def fmt(s, spec: str = ".2f", form: str = "range") -> str:
-    """How every experiment writes a spread over seeds. s: a spread() (or a dict with its keys, as paired_gain
-    returns) or the values themselves; spec: the format of each number (".2f", ".1e", "+.3f"; an sd is never
-    signed). form "range": '0.93 [0.90, 0.95]'; "sd": '0.93 ± 0.02', a single value alone (in a table, ± 0.00
+    """How every experiment writes a spread over seeds. s: a spread() (or a dict with its keys) or the values
+    themselves; spec: the format of each number (".2f", ".1e", "+.3f"; an sd is never signed). form "range": '0.93 [0.90, 0.95]'; "sd": '0.93 ± 0.02', a single value alone (in a table, ± 0.00
     would read as a measured spread); "sd range": '+0.05 ± 0.01 [+0.04, +0.06]'."""
     s = s if isinstance(s, dict) else spread(s)
     mean, sd = f"{s['mean']:{spec}}", f"{s['sd']:{spec.replace('+', '')}}"
@@ -285,15 +284,9 @@ def verdict(full: bool, some: bool, fitted: bool = True) -> str:
     return "reproduced" if full else "partly reproduced" if some else "not reproduced"
 
 
-# A gain counts when it is >= 5 accuracy points on average and positive in every seed (fixed before the runs).
+# A gain counts when it is >= 5 accuracy points on average and positive on every independent unit (a seed, a
+# pretrained base): unit_verdict below; fixed before the runs.
 THRESHOLD = 0.05
-
-
-def paired_gain(better: list[float], worse: list[float], threshold: float) -> dict:
-    """Seed-paired difference better - worse (one value per seed, the same seeds in the same order): its
-    spread, and whether it holds, i.e. is >= threshold on average and positive in every seed."""
-    stats = spread([b - w for b, w in zip(better, worse, strict=True)])
-    return {**stats, "holds": stats["mean"] >= threshold and stats["min"] > 0}
 
 
 def beyond(acc: list[float]) -> float:
@@ -303,7 +296,7 @@ def beyond(acc: list[float]) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The verdict on a gain replicated over independent units (pretrained bases; prompts): four outcomes
+# The verdict on a gain replicated over independent units (seeds; pretrained bases): four outcomes
 # ---------------------------------------------------------------------------------------------------------
 
 # Two-sided 95 % quantiles of Student's t for 1..10 degrees of freedom; beyond 10, Cornish and Fisher's
@@ -337,10 +330,13 @@ def unit_verdict(per_unit, threshold: float, fitted: bool = True) -> dict:
     - not reproduced: the interval lies below the threshold, so it excludes the claimed gain;
     - undecided: anything else (the interval straddles the threshold, or the units disagree);
     - undecided (models did not fit): fitted is False, or no unit is left to measure (UNFIT).
-    Units whose models did not fit are left out by the caller before it gets here."""
+    The caller decides what fitted, and leaves out what did not (bases in ryarn, tasks in encodings). One unit
+    alone has no interval, and no replication to decide on: undecided."""
     values = [float(v) for v in per_unit]
     if not fitted or not values:
         return {"per_unit": values, "verdict": UNFIT}
+    if len(values) < 2:
+        return {"per_unit": values, "mean": values[0], "verdict": "undecided"}
     mean, low, high = t_interval(values)
     if mean >= threshold and min(values) > 0:
         outcome = "reproduced"
@@ -363,7 +359,7 @@ def all_of(verdicts: list[str]) -> str:
         return verdict(False, "reproduced" in verdicts)
     if verdicts and all(v == "reproduced" for v in verdicts):
         return "reproduced"
-    return UNFIT if all(v == UNFIT for v in verdicts) else "undecided"
+    return UNFIT if verdicts and all(v == UNFIT for v in verdicts) else "undecided"
 
 
 SCALES = ("quick", "default", "full")  # every experiment's SCALES dict has these keys

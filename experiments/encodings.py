@@ -1,5 +1,5 @@
 """Every encoding on every algorithmic task, each model trained until it has learned its task at the training
-lengths, then measured up to 8L, with and without randomized positions: the comparison the published studies
+lengths (or a cap of steps), then measured up to 8L, with and without randomized positions: the comparison the published studies
 each make on a few encodings and their own tasks.
 
     python eval.py --experiment encodings --jobs 2 --threads 1     # results/encodings.{md,json,png}
@@ -12,7 +12,8 @@ lengen.py meet the same tasks, model, budget and seeds.
 
 A claim about how a model behaves beyond its training length is only tested by models that learned the task
 at that length: one that did not is still learning, and its accuracy beyond L says how far training got. So
-every model trains until it fits (train.py --fit-bar), and a claim is measured only on the models that did.
+every model trains until it fits or reaches the cap (train.py --fit-bar), and a claim is measured only on the
+models that fitted.
 
 Read top to bottom: the setup; training and measuring one model (one job; the jobs are independent, so
 --jobs N runs them in N processes with identical results); the published findings as claims and the rule that
@@ -147,7 +148,9 @@ def gain(accuracy: dict, steps: dict, triples: list[tuple[str, str, str]], at=be
     """(task, better, worse) comparisons pooled: per seed, the mean of at(better) - at(worse) over the triples
     whose two cells fitted; its verdict by eval.unit_verdict, and how many triples of how many it rests on."""
     kept = [(t, b, w) for t, b, w in triples if fitted(steps, t, b) and fitted(steps, t, w)]
-    seeds = len(accuracy[kept[0][0]][kept[0][1]]) if kept else 0
+    counts = {len(accuracy[t][row]) for t, b, w in kept for row in (b, w)}
+    assert len(counts) <= 1, "every cell holds the same seeds, in the same order"
+    seeds = counts.pop() if counts else 0
     per_seed = [sum(at(accuracy[t][b][s]) - at(accuracy[t][w][s]) for t, b, w in kept) / len(kept)
                 for s in range(seeds)]
     return {**unit_verdict(per_seed, THRESHOLD, fitted=bool(kept)), "tasks": [t for t, _, _ in kept],

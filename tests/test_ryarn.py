@@ -219,9 +219,11 @@ def test_claims_on_models_that_did_not_fit_are_undecided_and_several_comparisons
     assert eval.verdict(True, True, fitted=False) == eval.UNFIT == "undecided (models did not fit)"
     assert eval.unit_verdict([0.12, 0.10, 0.02], 0.05, fitted=False)["verdict"] == eval.UNFIT
     assert eval.unit_verdict([], 0.05)["verdict"] == eval.UNFIT
+    assert eval.unit_verdict([0.30], 0.05)["verdict"] == "undecided"  # one unit: no replication, no interval
     assert eval.all_of(["reproduced", "reproduced"]) == "reproduced"
     assert eval.all_of(["reproduced", "not reproduced (reversed)"]) == "partly reproduced"
     assert eval.all_of(["undecided", "not reproduced", eval.UNFIT]) == "not reproduced"
     assert eval.all_of(["reproduced", "undecided"]) == "undecided"
     assert eval.all_of(["reproduced", eval.UNFIT]) == "undecided"
     assert eval.all_of([eval.UNFIT, eval.UNFIT]) == eval.UNFIT
+    assert eval.all_of([]) == "undecided"
