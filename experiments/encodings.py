@@ -234,7 +234,7 @@ def choice(setup: dict) -> list[str]:
             "rope --positions P --train-len 16:32 --steps 4000 --fit-bar 0.9 --fit-every 250`). Steps to fit, or "
             "the last check's accuracy: " + "; ".join(f"{t} {PROBE[t]}" for t in TASKS) + f". This scale keeps "
             f"{', '.join(setup['tasks'])} with a cap of {setup['cap']} steps; {', '.join(left)} are in `--full` "
-            "(12000 steps, 5 seeds): copy and duplicate cost RoPE ~3500 steps a model, which the whole grid cannot "
+            f"({SCALES['full']['cap']} steps, {len(SCALES['full']['seeds'])} seeds): copy and duplicate cost RoPE ~3500 steps a model, which the whole grid cannot "
             "afford in 45 minutes on 2 cores, and no RoPE model came near the bar on the two recall tasks.", ""]
 
 

@@ -7,6 +7,7 @@ import pytest
 
 import eval as lengen_eval
 import train
+from experiments import distance as exp
 
 
 def test_distance_quick_reports_what_its_models_measure(tmp_path, monkeypatch):
@@ -50,9 +51,26 @@ def test_distance_quick_reports_what_its_models_measure(tmp_path, monkeypatch):
     assert regions["C range"] == pytest.approx(sum(delta[lo:hi + 1]) / (hi - lo + 1))
     assert regions["S range"] == pytest.approx(sum(delta[s_lo:s_hi + 1]) / (s_hi - s_lo + 1))
     for name, result in data["verdicts"].items():  # every sub-claim holds, some, none (unmeasured ones aside)
-        holds = [c["holds"] for c in result["checks"] if c["holds"] is not None]
-        expected = ("not measured" if not holds else "reproduced" if all(holds) else
+        holds = [c["holds"] for c in result["checks"] if c["holds"] is not None and not c.get("gate")]
+        unfit = any(c["holds"] is False for c in result["checks"] if c.get("gate"))
+        expected = ("not measured" if not holds else lengen_eval.UNFIT if unfit else "reproduced" if all(holds) else
                     "partly reproduced" if any(holds) else "not reproduced")
         assert result["verdict"] == expected, name
+    gates = {name: [c for c in result["checks"] if c.get("gate")] for name, result in data["verdicts"].items()}
+    assert [len(g) for g in gates.values()] == [0, 1, 1, 1, 1]  # every question but size rests on fitted models
     if importlib.util.find_spec("matplotlib"):
         assert (out / "distance.png").stat().st_size > 0
+
+
+def test_a_question_on_models_that_did_not_fit_is_undecided():
+    """Paper D's ordering, made up so that it holds: reproduced while every encoding fits its band (best
+    seed >= 0.9), undecided (models did not fit) once one does not, though its unseen delays say the same.
+    Bug caught: a fit gate counted as one more sub-claim (then: partly reproduced)."""
+    runs = {"nope": {"in_mean": [0.95, 0.97], "out_sum": [9.0, 9.5]},
+            "alibi": {"in_mean": [0.92, 0.99], "out_sum": [5.0, 5.5]},
+            "rope": {"in_mean": [0.91, 0.93], "out_sum": [1.0, 1.5]}}
+    assert exp.checks_verdict(exp.ordering_checks(runs)) == "reproduced"
+    runs["nope"]["in_mean"] = [0.55, 0.85]
+    checks = exp.ordering_checks(runs)
+    assert exp.checks_verdict(checks) == lengen_eval.UNFIT
+    assert checks[0]["measured"] == "weakest: nope 0.85" and [c["holds"] for c in checks] == [False, True, True]
