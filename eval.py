@@ -259,8 +259,9 @@ def spread(values) -> dict:
 
 def fmt(s, spec: str = ".2f", form: str = "range") -> str:
     """How every experiment writes a spread over seeds. s: a spread() (or a dict with its keys) or the values
-    themselves; spec: the format of each number (".2f", ".1e", "+.3f"; an sd is never signed). form "range": '0.93 [0.90, 0.95]'; "sd": '0.93 ± 0.02', a single value alone (in a table, ± 0.00
-    would read as a measured spread); "sd range": '+0.05 ± 0.01 [+0.04, +0.06]'."""
+    themselves; spec: the format of each number (".2f", ".1e", "+.3f"; an sd is never signed). form "range":
+    '0.93 [0.90, 0.95]'; "sd": '0.93 ± 0.02', a single value alone (in a table, ± 0.00 would read as a
+    measured spread); "sd range": '+0.05 ± 0.01 [+0.04, +0.06]'."""
     s = s if isinstance(s, dict) else spread(s)
     mean, sd = f"{s['mean']:{spec}}", f"{s['sd']:{spec.replace('+', '')}}"
     span = f"[{s['min']:{spec}}, {s['max']:{spec}}]"

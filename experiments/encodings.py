@@ -1,6 +1,6 @@
 """Every encoding on every algorithmic task, each model trained until it has learned its task at the training
-lengths (or a cap of steps), then measured up to 8L, with and without randomized positions: the comparison the published studies
-each make on a few encodings and their own tasks.
+lengths (or a cap of steps), then measured up to 8L, with and without randomized positions: the comparison the
+published studies each make on a few encodings and their own tasks.
 
     python eval.py --experiment encodings --jobs 2 --threads 1     # results/encodings.{md,json,png}
 
@@ -234,8 +234,9 @@ def choice(setup: dict) -> list[str]:
             "rope --positions P --train-len 16:32 --steps 4000 --fit-bar 0.9 --fit-every 250`). Steps to fit, or "
             "the last check's accuracy: " + "; ".join(f"{t} {PROBE[t]}" for t in TASKS) + f". This scale keeps "
             f"{', '.join(setup['tasks'])} with a cap of {setup['cap']} steps; {', '.join(left)} are in `--full` "
-            f"({SCALES['full']['cap']} steps, {len(SCALES['full']['seeds'])} seeds): copy and duplicate cost RoPE ~3500 steps a model, which the whole grid cannot "
-            "afford in 45 minutes on 2 cores, and no RoPE model came near the bar on the two recall tasks.", ""]
+            f"({SCALES['full']['cap']} steps, {len(SCALES['full']['seeds'])} seeds): copy and duplicate cost RoPE "
+            "~3500 steps a model, which the whole grid cannot afford in 45 minutes on 2 cores, and no RoPE model "
+            "came near the bar on the two recall tasks.", ""]
 
 
 def markdown(data: dict) -> str:
