@@ -7,6 +7,7 @@
     ryarn.py      Paper R: Randomized YaRN on the small GPT
     llm.py        Paper R on a real LLM (SmolLM2-135M-Instruct)
     bench.py      speed and memory
+    gpu.py        the first minutes on a GPU: the CUDA tests, then fine-tuning and long-context speed
 
 Each has one SCALES dict (quick, default, full) and one run(args), and reads top to bottom: the building
 blocks with their formulas, the runs, the claims with their thresholds, the writers. What they share is in

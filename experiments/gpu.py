@@ -1,0 +1,203 @@
+"""The first minutes on a GPU: check the CUDA path, then measure what planning a GPU session needs.
+
+    python eval.py --experiment gpu        # results/gpu.{md,json}; about 8 minutes on one GPU
+
+First `python -m pytest -m cuda` (tests/test_cuda.py: every part of the CUDA path, against the CPU), then:
+- a full fine-tuning step of SmolLM2-135M-Instruct (every weight, AdamW, bfloat16 autocast, activation
+  checkpointing, as train.py --llm runs on CUDA) at 4K and 8K tokens per sample: tokens/s, the model FLOPs
+  utilisation against the device's bfloat16 peak, and peak memory;
+- one evaluation forward of that model at 32K, 64K and 128K tokens (YaRN over its 8192-token context): time
+  and peak memory;
+- the small GPT's training step (train.py's defaults: 2 layers x 64, batch 32 x 32 tokens): tokens/s.
+Without CUDA it refuses in one line. Until a GPU has run it, results/gpu.md does not exist.
+
+Read top to bottom: the peak and the FLOP count; the measurements; the markdown; run(args).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import lengen
+from eval import command_line, scale_name, write_results
+from runs import UsageError
+
+SCALES = {  # fine-tuning lengths, evaluation lengths, timed steps; the tests' own checks run in every scale
+    "quick": dict(train_lengths=(1024,), eval_lengths=(8192,), steps=2, pytest=False),
+    "default": dict(train_lengths=(4096, 8192), eval_lengths=(32768, 65536, 131072), steps=5, pytest=True),
+    "full": dict(train_lengths=(4096, 8192, 16384), eval_lengths=(32768, 65536, 131072, 262144), steps=10,
+                 pytest=True),
+}
+WARMUP = 2  # untimed steps first: kernels chosen, memory pools grown
+
+# ---------------------------------------------------------------------------------------------------------
+# The peak and the FLOP count
+# ---------------------------------------------------------------------------------------------------------
+
+# Dense bfloat16 tensor-core peaks from the vendors' data sheets (no sparsity), matched in order against the
+# device name; LENGEN_PEAK_TFLOPS overrides, for a device not listed or a clock the sheet does not describe.
+BF16_PEAK_TFLOPS = [("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0), ("A100", 312.0), ("L40S", 362.0),
+                    ("L4", 121.0)]
+
+
+def bf16_peak(name: str) -> tuple[float | None, str]:
+    """(peak FLOP/s, where it came from) for a device name; (None, why) when unknown."""
+    given = os.environ.get("LENGEN_PEAK_TFLOPS")
+    if given:
+        try:
+            return float(given) * 1e12, "LENGEN_PEAK_TFLOPS"
+        except ValueError:
+            raise UsageError(f"LENGEN_PEAK_TFLOPS={given!r}: give the peak in TFLOP/s, e.g. 989") from None
+    for part, tflops in BF16_PEAK_TFLOPS:
+        if part in name:
+            return tflops * 1e12, f"data sheet ({part})"
+    return None, "unknown device: set LENGEN_PEAK_TFLOPS"
+
+
+def train_flops_per_token(params: int, layers: int, width: int, tokens: int) -> float:
+    """Model FLOPs of one training token (forward and backward), as PaLM counts them: 6 per weight, plus the
+    attention scores and their weighted sum, 12 x layers x width x tokens (the causal half not subtracted).
+    Activation checkpointing recomputes the forward; that work is not counted (model, not hardware, FLOPs)."""
+    return 6 * params + 12 * layers * width * tokens
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The measurements
+# ---------------------------------------------------------------------------------------------------------
+
+
+def timed(fn, steps: int) -> tuple[float, float]:
+    """Seconds per call of fn after WARMUP calls, and the peak memory (GiB) of the timed calls."""
+    for _ in range(WARMUP):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / steps, torch.cuda.max_memory_allocated() / 2 ** 30
+
+
+def run_cuda_tests() -> dict:
+    result = subprocess.run([sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider"],
+                            capture_output=True, text=True, timeout=420,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    lines = result.stdout.strip().splitlines()
+    return {"exit": result.returncode, "summary": lines[-1] if lines else result.stderr[-300:]}
+
+
+def fine_tune_speed(model, lengths, steps: int, peak: float | None) -> list[dict]:
+    import hf
+    hf.checkpoint_activations(model)
+    model.config.use_cache = False
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    params = sum(p.numel() for p in model.parameters())
+    layers, width = model.config.num_hidden_layers, model.config.hidden_size
+    rows = []
+    for n in lengths:
+        ids = torch.randint(model.config.vocab_size, (1, n), device="cuda")
+
+        def step():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = model(input_ids=ids).logits
+            loss = F.cross_entropy(logits[0, :-1].float(), ids[0, 1:])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+        seconds, memory = timed(step, steps)
+        rate = n / seconds
+        flops = rate * train_flops_per_token(params, layers, width, n)
+        rows.append({"tokens": n, "tokens_per_s": rate, "tflops": flops / 1e12, "peak_gib": memory,
+                     "mfu": flops / peak if peak else None})
+    return rows
+
+
+@torch.no_grad()
+def eval_forward(model, lengths) -> list[dict]:
+    import hf
+    model.eval()
+    model.config.use_cache = False
+    hf.apply_llm_rope(model, "yarn", max(lengths) / hf.rope_geometry(model)[2])
+    rows = []
+    for n in lengths:
+        ids = torch.randint(model.config.vocab_size, (1, n), device="cuda")
+
+        def forward():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                model(input_ids=ids, logits_to_keep=1)
+
+        seconds, memory = timed(forward, 1)
+        rows.append({"tokens": n, "seconds": seconds, "peak_gib": memory})
+    return rows
+
+
+def small_gpt_speed(steps: int = 100) -> dict:
+    model = lengen.GPT(lengen.GPTConfig(vocab_size=16)).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(16, (32, 32), device="cuda")
+
+    def step():
+        loss = F.cross_entropy(model(x).flatten(0, 1), x.flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    seconds, _ = timed(step, steps)
+    return {"ms_per_step": 1000 * seconds, "tokens_per_s": x.numel() / seconds}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Markdown, and the run
+# ---------------------------------------------------------------------------------------------------------
+
+
+def markdown(data: dict) -> str:
+    mfu = [f"{r['mfu']:.1%}" if r["mfu"] is not None else "—" for r in data["fine_tune"]]
+    out = ["# The first minutes on a GPU", "",
+           f"`{data['command']}`: {data['runtime_s'] / 60:.1f} min on {data['device']} (torch {data['torch']}); "
+           f"bfloat16 peak {data['peak_tflops'] or '—'} TFLOP/s ({data['peak_from']}).", "",
+           f"`python -m pytest -m cuda`: {data['cuda_tests']['summary'] if data['cuda_tests'] else 'not run'}.",
+           "", "## Fine-tuning SmolLM2-135M-Instruct (every weight, AdamW, bf16 autocast, checkpointing)", "",
+           "| tokens per sample | tokens/s | model TFLOP/s | MFU | peak memory (GiB) |", "|---:|---:|---:|---:|---:|"]
+    out += [f"| {r['tokens']} | {r['tokens_per_s']:,.0f} | {r['tflops']:.1f} | {m} | {r['peak_gib']:.1f} |"
+            for r, m in zip(data["fine_tune"], mfu)]
+    out += ["", f"Model FLOPs per token: 6 x {data['params']:,} weights + 12 x layers x width x tokens (PaLM's "
+            "count; the forward recomputed by checkpointing is not counted).", "",
+            "## One evaluation forward (YaRN over the model's 8192 tokens, bf16, no KV cache kept)", "",
+            "| tokens | seconds | peak memory (GiB) |", "|---:|---:|---:|"]
+    out += [f"| {r['tokens']} | {r['seconds']:.2f} | {r['peak_gib']:.1f} |" for r in data["eval_forward"]]
+    gpt = data["small_gpt"]
+    out += ["", f"Small GPT (train.py's defaults), a training step of 32 x 32 tokens: {gpt['ms_per_step']:.2f} ms, "
+            f"{gpt['tokens_per_s']:,.0f} tokens/s.", ""]
+    return "\n".join(out)
+
+
+def run(args) -> None:
+    if not torch.cuda.is_available():
+        raise UsageError("--experiment gpu measures a CUDA device, and torch.cuda.is_available() is False here")
+    import hf
+    setup = SCALES[scale_name(args)]
+    start = time.perf_counter()
+    name = torch.cuda.get_device_name()
+    peak, source = bf16_peak(name)
+    tests = run_cuda_tests() if setup["pytest"] else None
+    model, _ = hf.load_llm("smollm2", "cuda")
+    data = {"command": command_line(args), "device": name, "torch": torch.__version__, "settings": setup,
+            "peak_tflops": peak / 1e12 if peak else None, "peak_from": source, "cuda_tests": tests,
+            "params": sum(p.numel() for p in model.parameters()),
+            "fine_tune": fine_tune_speed(model, setup["train_lengths"], setup["steps"], peak)}
+    del model
+    torch.cuda.empty_cache()
+    model, _ = hf.load_llm("smollm2", "cuda")  # fresh weights, and no optimizer state in memory
+    data["eval_forward"] = eval_forward(model, setup["eval_lengths"])
+    data["small_gpt"] = small_gpt_speed()
+    data["runtime_s"] = time.perf_counter() - start
+    write_results("gpu", markdown(data), data, None, args.out_dir)
