@@ -69,17 +69,12 @@ def test_llm_fine_tune_on_cuda_attends_across_gaps_and_reloads(tiny_llm, tmp_pat
     path on which transformers once read every gap in the ids as a new packed sequence. Changing the first
     token must change the last position's logits; the saved run must reload and score a prompt."""
     import hf
+    from test_llm import gap_inputs
     out = str(tmp_path / "ryarn")
     train.run(["--llm", tiny_llm, "--task", "passkey", "--method", "ryarn", "--no-curriculum", "--range", "8",
                "--train-len", "128", "--steps", "3", "--lr", "1e-3", "--device", "cuda", "--quiet", "--out", out])
     model, tokenizer, _ = hf.load_for_eval(out, "cuda")
-    hf.checkpoint_activations(model)
-    model.config.use_cache = False
-    model.train()
-    ids = torch.randint(2, 100, (1, 48), generator=torch.Generator().manual_seed(0))
-    other = ids.clone()
-    other[0, 0] = (ids[0, 0] + 1) % 100
-    positions = lengen.randomized_positions(1, 48, 1024, torch.Generator().manual_seed(1))
+    ids, other, positions = gap_inputs(model)
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
         change = [hf.answer_logits(model, x.cuda(), positions.cuda(), 40)[0, -1].float() for x in (ids, other)]
     assert (change[0] - change[1]).abs().max() > 1e-3

@@ -105,6 +105,18 @@ def test_rpe_without_curriculum_draws_from_the_whole_range_and_batches_samples(t
     assert json.load(open(os.path.join(out, "config.json")))["scaling"] == "none"
 
 
+def gap_inputs(model):
+    """Turn on the switches of transformers' path without a KV cache (activation checkpointing, no cache,
+    training mode); return two 48-token inputs that differ in token 0 only, and randomized ids with gaps."""
+    hf.checkpoint_activations(model)
+    model.config.use_cache = False
+    model.train()
+    ids = torch.randint(2, 100, (1, 48), generator=torch.Generator().manual_seed(0))
+    other = ids.clone()
+    other[0, 0] = (ids[0, 0] + 1) % 100
+    return ids, other, lengen.randomized_positions(1, 48, 1024, torch.Generator().manual_seed(1))
+
+
 def test_every_llm_forward_attends_across_position_gaps(tiny_llm):
     """The bug: with position ids that have gaps and no attention mask, transformers (on the path without a
     KV cache, e.g. gradient checkpointing on a GPU) reads every gap as the start of a new packed sequence and
@@ -112,13 +124,7 @@ def test_every_llm_forward_attends_across_position_gaps(tiny_llm):
     that path are on (checkpointing, no cache, training mode): changing token 0 must change the last logits
     through hf.answer_logits, the forward fine-tuning uses. The unmasked call is shown to fail."""
     model, _ = hf.load_llm(tiny_llm)
-    hf.checkpoint_activations(model)
-    model.config.use_cache = False
-    model.train()
-    ids = torch.randint(2, 100, (1, 48), generator=torch.Generator().manual_seed(0))
-    other = ids.clone()
-    other[0, 0] = (ids[0, 0] + 1) % 100
-    positions = lengen.randomized_positions(1, 48, 1024, torch.Generator().manual_seed(1))
+    ids, other, positions = gap_inputs(model)
     with torch.no_grad():
         change = (hf.answer_logits(model, ids, positions, 40) - hf.answer_logits(model, other, positions, 40))[0, -1]
         assert change.abs().max() > 1e-3
