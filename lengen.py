@@ -13,12 +13,18 @@ Nothing here imports the rest of the project, and importing it never imports tra
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+try:
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+except ImportError:  # torch older than 2.5: bias encodings keep the block path (section 5)
+    BlockMask = flex_attention = None
 
 # ---------------------------------------------------------------------------------------------------------
 # 1. Rotary scalings
@@ -284,8 +290,11 @@ class LengthCurriculum:
 #   rotary(positions)        -> (cos, sin) that rotate q and k, or None                     (RoPE, any scaling)
 #                               or (cos_q, sin_q, cos_k, sin_k) when q and k differ          (xPos)
 #   bias(q_pos, k_pos)       -> (B|1, H, Tq, Tk) added to the attention logits, or None     (ALiBi, T5, KERPLE, FIRE)
+# and a bias encoding also writes its formula per logit, as flex attention's score_mod:
+#   score_mod(positions)     -> f(score, b, h, i, j) = score + bias of head h, query i, key j, batch row b
 # positions are (T,) or (B, T). The GPT computes embed and rotary once per forward and shares them across
-# layers; a bias is computed per block of queries (section 5), so it never needs all T x T logits at once.
+# layers; a bias is computed per block of queries, or inside a compiled kernel (section 5), so it never needs
+# all T x T logits at once.
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -302,6 +311,10 @@ class PositionalEncoding(nn.Module):
         return None
 
     def bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def score_mod(self, positions: torch.Tensor):
+        """bias() one logit at a time, for flex attention; positions (B, T) long. Equal to bias() in value."""
         return None
 
     def after_step(self) -> None:
@@ -416,6 +429,11 @@ def distances(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Ten
     return distance if distance.dim() == 3 else distance[None]
 
 
+def distance_at(positions: torch.Tensor, b, i, j) -> torch.Tensor:
+    """Inside a score_mod: the distance from query i to key j of batch row b, 0 for keys ahead (masked anyway)."""
+    return (positions[b, i] - positions[b, j]).clamp(min=0)
+
+
 def alibi_slopes(heads: int) -> torch.Tensor:
     """ALiBi slopes (arXiv 2108.12409): 2^(-8h/H) for h = 1..H when H is a power of two; otherwise the
     reference rule: the slopes of the largest power of two below H, then every other slope of twice that."""
@@ -430,7 +448,7 @@ def alibi_slopes(heads: int) -> torch.Tensor:
 
 class ALiBi(PositionalEncoding):
     """A linear penalty on the logits: head h adds -m_h * (i - j) for query position i, key position j.
-    Standalone with: PositionalEncoding, distances, alibi_slopes."""
+    Standalone with: PositionalEncoding, distances, distance_at, alibi_slopes."""
 
     acts_on = "logits"
 
@@ -440,6 +458,9 @@ class ALiBi(PositionalEncoding):
 
     def bias(self, q_positions, k_positions):
         return -self.slopes[:, None, None] * distances(q_positions, k_positions)[:, None]  # (B|1, H, Tq, Tk)
+
+    def score_mod(self, positions):
+        return lambda score, b, h, i, j: score - self.slopes[h] * distance_at(positions, b, i, j)
 
 
 class T5Bias(PositionalEncoding):
@@ -451,7 +472,7 @@ class T5Bias(PositionalEncoding):
                   = min(B - 1, B/2 + floor(ln(2d / B) / ln(2 max_distance / B) * B/2))  otherwise
     Worked example, B 32, max_distance 128: d 15 -> 15, 16 -> 16, 20 -> 17, 32 -> 21, 64 -> 26, 127 -> 31,
     1000 -> 31. The table starts at zero: an untrained model attends as NoPE does.
-    Standalone with: PositionalEncoding, distances.
+    Standalone with: PositionalEncoding, distances, distance_at.
     """
 
     acts_on = "logits"
@@ -471,6 +492,11 @@ class T5Bias(PositionalEncoding):
         distance = distances(q_positions, k_positions).clamp(min=0).long()  # keys ahead are masked anyway
         return self.table[self.bucket(distance)].movedim(-1, -3)  # (B|1, Tq, Tk, H) -> (B|1, H, Tq, Tk)
 
+    def score_mod(self, positions):  # every distance from max_distance on shares the last bucket
+        per_distance = self.table[self.bucket(torch.arange(self.max_distance + 1, device=positions.device))]
+        return lambda score, b, h, i, j: score + per_distance[distance_at(positions, b, i, j).clamp(
+            max=self.max_distance), h]
+
 
 class KerpleLog(PositionalEncoding):
     """KERPLE, the logarithmic kernel (arXiv 2205.09921): head h adds -r1_h * ln(1 + r2_h * (i - j)), r1, r2 > 0.
@@ -482,7 +508,7 @@ class KerpleLog(PositionalEncoding):
     the same after each optimizer step (after_step), which leaves the forward a pure function of the weights
     (an in-place edit of a parameter inside it is what torch.compile and FSDP would have to special-case). The
     forward clamps too, so weights from anywhere act within range; on trained weights that clamp changes nothing.
-    Standalone with: PositionalEncoding, distances.
+    Standalone with: PositionalEncoding, distances, distance_at.
     """
 
     acts_on = "logits"
@@ -495,6 +521,10 @@ class KerpleLog(PositionalEncoding):
         distance = distances(q_positions, k_positions).clamp(min=0)[:, None]  # (B|1, 1, Tq, Tk)
         r1, r2 = (r.clamp(min=self.floor)[:, None, None] for r in (self.r1, self.r2))  # (H, 1, 1)
         return -r1 * torch.log1p(r2 * distance)
+
+    def score_mod(self, positions):
+        r1, r2 = self.r1.clamp(min=self.floor), self.r2.clamp(min=self.floor)
+        return lambda score, b, h, i, j: score - r1[h] * torch.log1p(r2[h] * distance_at(positions, b, i, j))
 
     @torch.no_grad()
     def after_step(self):
@@ -512,7 +542,7 @@ class FIRE(PositionalEncoding):
     paper's code; that code starts L at 512, here it starts at the training length when the config has one,
     so that the normalisation is in play at this scale. Dividing by psi(i) makes FIRE depend on the absolute
     query position: unlike the other biases it is not shift-invariant, by design (normalise=False makes it so).
-    Standalone with: PositionalEncoding, distances.
+    Standalone with: PositionalEncoding, distances, distance_at.
     """
 
     acts_on = "logits"
@@ -536,6 +566,20 @@ class FIRE(PositionalEncoding):
         rows = max(1, 2 ** 22 // (x.shape[0] * x.shape[2] * self.mlp[0].out_features))
         return torch.cat([self.mlp(x[:, i:i + rows, :, None]) for i in range(0, x.shape[1], rows)],
                          dim=1).movedim(-1, -3)  # (B|1, Tq, Tk, H) -> (B|1, H, Tq, Tk)
+
+    def score_mod(self, positions):
+        c, threshold = self.c.abs(), (self.threshold_scale * self.threshold).abs()
+        (w1, b1), (w2, b2) = (self.mlp[0].weight[:, 0], self.mlp[0].bias), (self.mlp[2].weight, self.mlp[2].bias)
+
+        def fire(score, b, h, i, j):
+            x = torch.log1p(c * distance_at(positions, b, i, j))
+            if self.normalise:
+                x = x / torch.log1p(c * torch.maximum(positions[b, i].float(), threshold))
+            f = b2[h]
+            for unit in range(w1.shape[0]):  # f's hidden layer one unit at a time: a kernel has no vectors here
+                f = f + w2[h, unit] * torch.relu(w1[unit] * x + b1[unit])
+            return score + f
+        return fire
 
 
 # name -> encoding class (the command line's --encoding); make_encoding builds one for a GPTConfig
@@ -568,6 +612,8 @@ def make_encoding(config: "GPTConfig") -> PositionalEncoding:
 # torch's fused causal kernel, which never builds the T x T logits. A logit bias (ALiBi) or linear attention
 # needs the scores explicitly, so long sequences go in blocks of queries, each seeing the keys up to its last
 # query; the block shrinks as T grows, so a block's scores stay near 4M numbers and memory grows ~linearly.
+# A bias can also go into one compiled kernel: flex attention takes the encoding's score_mod (its formula per
+# logit) and never builds the logits. attention_path says which a forward takes, and why.
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -595,6 +641,63 @@ def softmax_attention(q, k, v, bias_fn=None, positions=None, query_block: int = 
         out.append(F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop],
                                                   attn_mask=mask))
     return torch.cat(out, dim=2)
+
+
+FLEX_MIN_LEN = 4096  # shorter forwards keep the block path: compiling costs more than it saves (docs/speed.md)
+FLEX_BLOCK = 128     # flex attention's tile: the causal mask skips tiles above the diagonal, needs none below
+
+
+def causal_block_mask(length: int, device) -> "BlockMask":
+    """The causal mask as flex attention's BlockMask, written from its tiles (create_block_mask would evaluate
+    the mask at all T x T pairs): query tile r sees key tiles 0..r-1 whole, and tile r through the mask."""
+    tiles = -(-length // FLEX_BLOCK)
+    r = torch.arange(tiles, device=device, dtype=torch.int32)
+    full = torch.where(r[None, :] < r[:, None], r[None, :], 0)  # (tiles, tiles): row r lists 0..r-1, then pads
+    diagonal = torch.where(r[None, :] == 0, r[:, None], 0)       # row r lists r, then pads
+    return BlockMask.from_kv_blocks(torch.ones_like(r)[None, None], diagonal[None, None], r[None, None],
+                                    full[None, None], FLEX_BLOCK, lambda b, h, i, j: i >= j, (length, length))
+
+
+@functools.cache
+def compiled_flex_attention():
+    return torch.compile(flex_attention, dynamic=False)
+
+
+@functools.cache
+def flex_unavailable(device_type: str) -> str | None:
+    """Why compiled flex attention cannot run on this kind of device (None: it can). Tried once per process on
+    a tiny input, so that a missing C++ compiler or Triton shows here, not in the middle of an evaluation."""
+    if flex_attention is None:
+        return f"torch {torch.__version__} has no flex attention (2.5 or later has)"
+    x = torch.zeros(1, 1, FLEX_BLOCK, 16, device=device_type)
+    try:
+        with torch.no_grad():
+            compiled_flex_attention()(x, x, x, score_mod=lambda score, b, h, i, j: score - (i - j),
+                                      block_mask=causal_block_mask(FLEX_BLOCK, device_type))
+    except Exception as error:  # no compiler, no Triton, a CPU without AVX2: whatever it is, not here
+        return f"flex attention does not compile here: {type(error).__name__}: {str(error).splitlines()[0][:90]}"
+    return None
+
+
+def attention_path(encoding: "PositionalEncoding", length: int, device, training: bool) -> tuple[str, str]:
+    """How softmax attention runs a forward of `length` tokens, and why: "fused" (no bias: torch's SDPA),
+    "flex" (the encoding's score_mod, compiled) or "blocks" (the bias built a block of queries at a time).
+
+    Flex is for long evaluations. Training stays on blocks: compiled flex attention runs inference only on CPU,
+    and a training run meets many short lengths, each of which would compile (~10-20 s) to save milliseconds."""
+    if encoding.acts_on != "logits":
+        return "fused", "no bias"
+    if training:
+        return "blocks", "gradients: compiled flex attention is inference-only on CPU, and a compile per shape"
+    if length < FLEX_MIN_LEN:
+        return "blocks", f"under FLEX_MIN_LEN = {FLEX_MIN_LEN} tokens, compiling costs more than it saves"
+    why_not = flex_unavailable(torch.device(device).type)
+    return ("blocks", why_not) if why_not else ("flex", "a bias, no gradients, a long input")
+
+
+def flex_softmax_attention(q, k, v, score_mod) -> torch.Tensor:
+    """Causal softmax attention with a score_mod, in one compiled kernel. Returns (B, H, T, D)."""
+    return compiled_flex_attention()(q, k, v, score_mod=score_mod, block_mask=causal_block_mask(q.shape[2], q.device))
 
 
 def attention_with_weights(q, k, v, bias_fn=None, positions=None):
@@ -688,7 +791,7 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(config.dim, config.dim, bias=False)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x, rope=None, bias_fn=None, positions=None, return_attention=False):
+    def forward(self, x, rope=None, bias_fn=None, positions=None, return_attention=False, score_mod=None):
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
         if rope is not None:  # (cos, sin) for both, or xPos's (cos_q, sin_q, cos_k, sin_k)
@@ -699,6 +802,8 @@ class CausalSelfAttention(nn.Module):
         elif return_attention:
             y, logits, weights = attention_with_weights(q, k, v, bias_fn, positions)
             analysis = {"logits": logits, "weights": weights}
+        elif score_mod is not None:
+            y = flex_softmax_attention(q, k, v, score_mod)
         else:
             y = softmax_attention(q, k, v, bias_fn, positions, cfg.query_block)
         y = self.dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
@@ -717,8 +822,8 @@ class Block(nn.Module):
             self.mlp = nn.Sequential(nn.Linear(config.dim, 4 * config.dim), nn.GELU(),
                                      nn.Linear(4 * config.dim, config.dim), nn.Dropout(config.dropout))
 
-    def forward(self, x, rope=None, bias_fn=None, positions=None, return_attention=False):
-        y, analysis = self.attn(self.ln1(x), rope, bias_fn, positions, return_attention)
+    def forward(self, x, rope=None, bias_fn=None, positions=None, return_attention=False, score_mod=None):
+        y, analysis = self.attn(self.ln1(x), rope, bias_fn, positions, return_attention, score_mod)
         x = x + y
         if self.mlp is not None:
             x = x + self.mlp(self.ln2(x))
@@ -758,12 +863,19 @@ class GPT(nn.Module):
         x = self.drop(x)
         rope = self.pos.rotary(positions)  # computed once, shared by every layer
         bias_fn = self.pos.bias if self.pos.acts_on == "logits" else None
+        score_mod = None  # a bias on a long input, without gradients: one compiled kernel (attention_path)
+        if bias_fn and not return_attention and self.attention_path(T)[0] == "flex":
+            score_mod = self.pos.score_mod(positions.expand(B, T))
         layers = []
         for block in self.blocks:
-            x, analysis = block(x, rope, bias_fn, positions, return_attention)
+            x, analysis = block(x, rope, bias_fn, positions, return_attention, score_mod)
             layers.append(analysis)
         logits = self.head(self.ln_f(x))
         return (logits, layers) if return_attention else logits
+
+    def attention_path(self, length: int) -> tuple[str, str]:
+        """("fused" | "flex" | "blocks", why) for a forward of `length` tokens here and now (see attention_path)."""
+        return attention_path(self.pos, length, self.head.weight.device, torch.is_grad_enabled())
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -229,13 +229,22 @@ def _resident_kib(field: str) -> int:
 
 def _memory_probe(encoding: str, length: int, threads: int | None, result) -> None:
     """Runs in a fresh process: reset the peak resident size (Linux: write 5 to /proc/self/clear_refs), run one
-    forward, and report how far the peak rose above what was resident before it, and the time."""
+    forward, and report how far the peak rose above what was resident before it, the time, and the attention
+    path. A forward through compiled flex attention is run once first, so that neither the compile's time nor
+    its memory is counted; that first forward's time is reported too."""
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = lengen.GPT(lengen.GPTConfig(vocab_size=64, layers=2, heads=4, dim=128, encoding=encoding,
                                         max_len=length)).eval()
     idx = torch.randint(0, 64, (1, length))
+    with torch.no_grad():
+        path = model.attention_path(length)
+        first = None
+        if path[0] == "flex":
+            start = time.perf_counter()
+            model(idx)
+            first = time.perf_counter() - start
     linux = os.path.exists("/proc/self/clear_refs")  # elsewhere the peak cannot be reset: time only
     if linux:
         with open("/proc/self/clear_refs", "w") as f:
@@ -245,7 +254,7 @@ def _memory_probe(encoding: str, length: int, threads: int | None, result) -> No
     with torch.no_grad():
         model(idx)
     seconds = time.perf_counter() - start
-    result.put(((_resident_kib("VmHWM") - before) * 1024 if linux else float("nan"), seconds))
+    result.put(((_resident_kib("VmHWM") - before) * 1024 if linux else float("nan"), seconds, path, first))
 
 
 def evaluation_memory(lengths: list[int], threads: int | None) -> list[dict]:
@@ -262,9 +271,39 @@ def evaluation_memory(lengths: list[int], threads: int | None) -> list[dict]:
             queue = context.Queue()
             probe = context.Process(target=_memory_probe, args=(encoding, length, threads, queue))
             probe.start()
-            extra, seconds = queue.get()
+            extra, seconds, (path, why), first = queue.get()
             probe.join()
-            rows.append({"encoding": encoding, "length": length, "peak_mb": extra / 2 ** 20, "seconds": seconds})
+            rows.append({"encoding": encoding, "length": length, "peak_mb": extra / 2 ** 20, "seconds": seconds,
+                         "path": path, "why": why, "first_forward_s": first})
+    return rows
+
+
+def paths_compared(length: int, repeats: int) -> list[dict]:
+    """Each bias encoding's forward at `length` tokens through compiled flex attention and through query blocks,
+    in this process, after a first forward each (flex compiles there): the evidence for FLEX_MIN_LEN."""
+    if lengen.flex_unavailable(torch.device("cpu").type):
+        return []
+    rows = []
+    for encoding, cls in lengen.ENCODINGS.items():
+        if cls.acts_on != "logits":
+            continue
+        torch.manual_seed(0)
+        model = lengen.GPT(lengen.GPTConfig(vocab_size=64, layers=2, heads=4, dim=128, encoding=encoding,
+                                            max_len=length)).eval()
+        idx = torch.randint(0, 64, (1, length))
+
+        def forward(minimum):
+            def go():
+                lengen.FLEX_MIN_LEN = minimum
+                with torch.no_grad():
+                    model(idx)
+            return go
+        default = lengen.FLEX_MIN_LEN
+        try:
+            best = best_times({"flex": forward(0), "blocks": forward(length + 1)}, repeats)
+        finally:
+            lengen.FLEX_MIN_LEN = default
+        rows.append({"encoding": encoding, "length": length, "flex_s": best["flex"], "blocks_s": best["blocks"]})
     return rows
 
 
@@ -307,11 +346,11 @@ def hf_patch_cost(length: int, repeats: int, smollm2: bool) -> list[dict]:
 # memory; hf_length: the tiny Llama's tokens in the patch-cost probe.
 _DEFAULT = dict(shapes=[dict(name="4x128, T 64, batch 12", layers=4, dim=128, heads=4, length=64, batch=12, steps=10),
                         dict(name="4x256, T 256, batch 4", layers=4, dim=256, heads=8, length=256, batch=4, steps=4)],
-                lengths=[4096, 8192, 16384, 32768], repeats=5, compile_rope=True, smollm2=True, hf_length=512,
+                lengths=[4096, 8192, 16384, 32768], repeats=5, compile_rope=True, smollm2=True, hf_length=512, paths=8192,
                 llm=dict(length=256, steps=4), jobs=dict(experiment="ryarn", jobs=(1, 2)))
 SCALES = {
     "quick": dict(shapes=[dict(name="2x32, T 32, batch 4", layers=2, dim=32, heads=2, length=32, batch=4, steps=2)],
-                  lengths=[256, 512], repeats=1, compile_rope=False, smollm2=False, hf_length=64, llm=None,
+                  lengths=[256, 512], repeats=1, compile_rope=False, smollm2=False, hf_length=64, llm=None, paths=None,
                   jobs=None),
     "default": _DEFAULT,
     "full": _DEFAULT,  # the benchmark measures speed, not a paper's claim: its default is already its full size
@@ -324,6 +363,7 @@ def measure(setup: dict, threads: int | None) -> dict:
     return {"training": {s["name"]: training_speed(s, s["steps"], repeats, setup["compile_rope"])
                          for s in setup["shapes"]},
             "memory": evaluation_memory(setup["lengths"], threads),
+            "paths": paths_compared(setup["paths"], 2) if setup["paths"] else [],
             "hf": hf_patch_cost(setup["hf_length"], repeats + 2, setup["smollm2"]),
             "step_options": step_options(first, first["steps"], repeats, setup["compile_rope"]),
             "step_profile": step_profile(first, first["steps"]),
@@ -337,6 +377,15 @@ def peak_growth(memory: list[dict], encoding: str, lengths: list[int]) -> float:
     return peak[lengths[-1]] / max(peak[lengths[-2]], 1e-9)
 
 
+BIASES = [name for name, cls in lengen.ENCODINGS.items() if cls.acts_on == "logits"]
+
+
+def vs_rope(memory: list[dict], encoding: str, length: int) -> float:
+    """An encoding's forward time at `length` tokens over RoPE's, in the same run."""
+    seconds = {r["encoding"]: r["seconds"] for r in memory if r["length"] == length}
+    return seconds[encoding] / seconds["rope"]
+
+
 def targets(data: dict, lengths: list[int]) -> list[dict]:
     """What lengen promises about its speed and memory (first shape), each with its measured value and
     whether it is met."""
@@ -348,6 +397,9 @@ def targets(data: dict, lengths: list[int]) -> list[dict]:
            ("YaRN step cost <= 1.10x NoPE", by["rope+yarn"]["cost_vs_nope"], by["rope+yarn"]["cost_vs_nope"] <= 1.10),
            ("lengen at least as fast as plain (worst variant)", slowest, slowest >= 1.0),
            (f"peak memory {lengths[-1]} / {lengths[-2]} <= 2.2x (worst encoding)", growth, growth <= 2.2)]
+    slowest_bias = max(vs_rope(data["memory"], e, lengths[-1]) for e in BIASES)
+    out.append((f"every bias encoding within 2x RoPE at {lengths[-1]} tokens (slowest)", slowest_bias,
+                slowest_bias <= 2.0))
     if data["hf"]:
         worst = max(r["ratio"] for r in data["hf"])
         out.append(("patched HF forward <= 1.02x unpatched (worst model)", worst, worst <= 1.02))
@@ -371,14 +423,32 @@ def speed_section(speed: dict) -> list[str]:
 
 
 def memory_section(memory: list[dict], lengths: list[int]) -> list[str]:
+    last = lengths[-1]
     md = ["\n## Evaluation at long length (2 layers x 128, 4 heads, batch 1, one forward)\n",
-          "| encoding | " + " | ".join(f"{n} tokens" for n in lengths) + f" | peak {lengths[-1]} / {lengths[-2]} |",
-          "|---|" + "---:|" * (len(lengths) + 1)]
+          "Path: `fused` torch's causal SDPA (no bias); `flex` the encoding's score_mod in compiled flex attention; "
+          "`blocks` the bias built a block of queries at a time. A flex row's time is its second forward; the "
+          "first, which compiles, is in the last column.\n",
+          "| encoding | path | " + " | ".join(f"{n} tokens" for n in lengths)
+          + f" | peak {last} / {lengths[-2]} | time vs RoPE at {last} | first forward at {last} |",
+          "|---|---|" + "---:|" * (len(lengths) + 3)]
     for encoding in lengen.ENCODINGS:
         rows = {r["length"]: r for r in memory if r["encoding"] == encoding}
+        paths = " / ".join(dict.fromkeys(rows[n]["path"] for n in lengths))
         cells = [f"{rows[n]['peak_mb']:.0f} MB, {rows[n]['seconds']:.1f} s" for n in lengths]
-        md.append(f"| {encoding} | " + " | ".join(cells) + f" | {peak_growth(memory, encoding, lengths):.2f}x |")
-    return md
+        first = rows[last]["first_forward_s"]
+        md.append(f"| {encoding} | {paths} | " + " | ".join(cells) + f" | {peak_growth(memory, encoding, lengths):.2f}x"
+                  f" | {vs_rope(memory, encoding, last):.2f}x | {'—' if first is None else f'{first:.1f} s'} |")
+    reasons = dict.fromkeys(f"{r['path']}: {r['why']}" for r in memory if r["path"] != "fused")
+    return md + ["", "Why: " + "; ".join(reasons) + "." if reasons else ""]
+
+
+def paths_section(paths: list[dict]) -> list[str]:
+    if not paths:
+        return []
+    md = [f"\n## Flex attention or query blocks, at {paths[0]['length']} tokens (same model, one process, best of 2 "
+          "after a first forward)\n", "| encoding | flex | blocks | blocks / flex |", "|---|---:|---:|---:|"]
+    return md + [f"| {r['encoding']} | {r['flex_s']:.2f} s | {r['blocks_s']:.2f} s | {r['blocks_s'] / r['flex_s']:.2f}x |"
+                 for r in paths]
 
 
 def step_section(data: dict, shape_name: str) -> list[str]:
@@ -397,6 +467,7 @@ def markdown(data: dict, setup: dict) -> str:
     md = [f"# Speed and memory\n\n`{data['command']}` on {data['machine']}; {data['runtime_s']:.0f} s.\n",
           "Timings are the best of repeats; ratios compare variants measured in the same run.\n"]
     md += speed_section(data["training"]) + memory_section(data["memory"], setup["lengths"])
+    md += paths_section(data["paths"])
     if data["hf"]:
         md += ["\n## Patched Hugging Face forward (YaRN x4 through patch_hf_rope)\n",
                "| model | tokens | unpatched | patched | ratio |", "|---|---:|---:|---:|---:|"]
