@@ -5,7 +5,8 @@ Read top to bottom:
   2. applying rotations (cos/sin in float64, the half-split layout of Hugging Face Llama models)
   3. position ids (contiguous, randomized, uniform stretch, PoSE) and a length curriculum
   4. positional encodings, grouped by where they act: the input, q/k rotation, the attention logits
-  5. attention: softmax (fused SDPA; biased logits in query blocks), an analysis path, linear attention
+  5. attention: softmax (fused SDPA; a bias in query blocks, or compiled flex attention), an analysis path,
+     linear attention
   6. a small GPT that takes any encoding and any position ids
   7. a Hugging Face bridge: put any of these scalings into a Llama-family model
 
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 
 try:
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
-except ImportError:  # torch older than 2.5: bias encodings keep the block path (section 5)
+except ImportError:  # a torch without flex attention: bias encodings keep the block path (section 5)
     BlockMask = flex_attention = None
 
 # ---------------------------------------------------------------------------------------------------------
@@ -292,7 +293,8 @@ class LengthCurriculum:
 #   bias(q_pos, k_pos)       -> (B|1, H, Tq, Tk) added to the attention logits, or None     (ALiBi, T5, KERPLE, FIRE)
 # and a bias encoding also writes its formula per logit, as flex attention's score_mod:
 #   score_mod(positions)     -> f(score, b, h, i, j) = score + bias of head h, query i, key j, batch row b
-# positions are (T,) or (B, T). The GPT computes embed and rotary once per forward and shares them across
+#                               (positions (B, T) here: one row per batch row)
+# positions are (T,) or (B, T) otherwise. The GPT computes embed and rotary once per forward and shares them across
 # layers; a bias is computed per block of queries, or inside a compiled kernel (section 5), so it never needs
 # all T x T logits at once.
 # ---------------------------------------------------------------------------------------------------------
@@ -303,6 +305,7 @@ class PositionalEncoding(nn.Module):
     None (NoPE)."""
 
     acts_on: str | None = None
+    flex_from = 4096  # a bias: from this many tokens on, a forward without gradients takes flex attention
 
     def embed(self, positions: torch.Tensor) -> torch.Tensor | None:
         return None
@@ -451,6 +454,7 @@ class ALiBi(PositionalEncoding):
     Standalone with: PositionalEncoding, distances, distance_at, alibi_slopes."""
 
     acts_on = "logits"
+    flex_from = 16384  # a bias this cheap to build: query blocks are faster up to 8192 tokens (docs/speed.md)
 
     def __init__(self, heads: int):
         super().__init__()
@@ -479,6 +483,9 @@ class T5Bias(PositionalEncoding):
 
     def __init__(self, heads: int, buckets: int = 32, max_distance: int = 128):
         super().__init__()
+        if max_distance <= buckets // 2:
+            raise ValueError(f"T5 bias: max_distance {max_distance} must exceed buckets / 2 = {buckets // 2}, "
+                             "where the log-spaced buckets start")
         self.buckets, self.max_distance = buckets, max_distance
         self.table = nn.Parameter(torch.zeros(buckets, heads))
 
@@ -512,6 +519,7 @@ class KerpleLog(PositionalEncoding):
     """
 
     acts_on = "logits"
+    flex_from = 16384  # as ALiBi: query blocks are faster up to 8192 tokens (docs/speed.md)
 
     def __init__(self, heads: int, floor: float = 1e-2):
         super().__init__()
@@ -585,6 +593,7 @@ class FIRE(PositionalEncoding):
 # name -> encoding class (the command line's --encoding); make_encoding builds one for a GPTConfig
 ENCODINGS = {"nope": NoPE, "learned": LearnedAbsolute, "sinusoidal": Sinusoidal, "rope": Rotary, "xpos": XPos,
              "alibi": ALiBi, "t5": T5Bias, "kerple": KerpleLog, "fire": FIRE}
+BIASES = tuple(name for name, cls in ENCODINGS.items() if cls.acts_on == "logits")  # alibi, t5, kerple, fire
 
 
 def make_encoding(config: "GPTConfig") -> PositionalEncoding:
@@ -643,10 +652,10 @@ def softmax_attention(q, k, v, bias_fn=None, positions=None, query_block: int = 
     return torch.cat(out, dim=2)
 
 
-FLEX_MIN_LEN = 4096  # shorter forwards keep the block path: compiling costs more than it saves (docs/speed.md)
 FLEX_BLOCK = 128     # flex attention's tile: the causal mask skips tiles above the diagonal, needs none below
 
 
+@functools.lru_cache(maxsize=16)  # every layer of a forward asks for the same one
 def causal_block_mask(length: int, device) -> "BlockMask":
     """The causal mask as flex attention's BlockMask, written from its tiles (create_block_mask would evaluate
     the mask at all T x T pairs): query tile r sees key tiles 0..r-1 whole, and tile r through the mask."""
@@ -663,23 +672,35 @@ def compiled_flex_attention():
     return torch.compile(flex_attention, dynamic=False)
 
 
+def flex_softmax_attention(q, k, v, score_mod) -> torch.Tensor:
+    """Causal softmax attention with a score_mod, in one compiled kernel. Returns (B, H, T, D).
+
+    Each encoding and shape compiles once. Past torch's default of 8 compiles per function, torch would run
+    flex attention uncompiled, which builds every logit (17 GB at 32K tokens and 4 heads): hence the limit."""
+    with torch._dynamo.config.patch(cache_size_limit=64):  # the limit's name in every torch with flex attention
+        return compiled_flex_attention()(q, k, v, score_mod=score_mod,
+                                         block_mask=causal_block_mask(q.shape[2], q.device))
+
+
 @functools.cache
 def flex_unavailable(device_type: str) -> str | None:
     """Why compiled flex attention cannot run on this kind of device (None: it can). Tried once per process on
-    a tiny input, so that a missing C++ compiler or Triton shows here, not in the middle of an evaluation."""
+    a tiny input, so that a missing C++ compiler or Triton, or a torch too old for some part of the call, shows
+    here and not in the middle of an evaluation."""
     if flex_attention is None:
-        return f"torch {torch.__version__} has no flex attention (2.5 or later has)"
-    x = torch.zeros(1, 1, FLEX_BLOCK, 16, device=device_type)
+        return f"torch {torch.__version__} has no flex attention"
+    x = torch.zeros(1, 1, FLEX_BLOCK + 1, 16, device=device_type)
     try:
         with torch.no_grad():
-            compiled_flex_attention()(x, x, x, score_mod=lambda score, b, h, i, j: score - (i - j),
-                                      block_mask=causal_block_mask(FLEX_BLOCK, device_type))
+            flex_softmax_attention(x, x, x, lambda score, b, h, i, j: score - (i - j))
     except Exception as error:  # no compiler, no Triton, a CPU without AVX2: whatever it is, not here
-        return f"flex attention does not compile here: {type(error).__name__}: {str(error).splitlines()[0][:90]}"
+        first_line = str(error).partition("\n")[0][:90]
+        return f"flex attention does not compile here: {type(error).__name__}: {first_line}"
     return None
 
 
-def attention_path(encoding: "PositionalEncoding", length: int, device, training: bool) -> tuple[str, str]:
+def attention_path(encoding: "PositionalEncoding", length: int, device, grad_enabled: bool,
+                   head_dim: int = 16) -> tuple[str, str]:
     """How softmax attention runs a forward of `length` tokens, and why: "fused" (no bias: torch's SDPA),
     "flex" (the encoding's score_mod, compiled) or "blocks" (the bias built a block of queries at a time).
 
@@ -687,17 +708,14 @@ def attention_path(encoding: "PositionalEncoding", length: int, device, training
     and a training run meets many short lengths, each of which would compile (~10-20 s) to save milliseconds."""
     if encoding.acts_on != "logits":
         return "fused", "no bias"
-    if training:
+    if grad_enabled:
         return "blocks", "gradients: compiled flex attention is inference-only on CPU, and a compile per shape"
-    if length < FLEX_MIN_LEN:
-        return "blocks", f"under FLEX_MIN_LEN = {FLEX_MIN_LEN} tokens, compiling costs more than it saves"
+    if length < encoding.flex_from:
+        return "blocks", f"under {encoding.flex_from} tokens ({type(encoding).__name__}.flex_from), blocks are faster"
+    if torch.device(device).type == "cuda" and head_dim < 16:
+        return "blocks", f"head dim {head_dim}: flex attention's CUDA kernels need at least 16"
     why_not = flex_unavailable(torch.device(device).type)
     return ("blocks", why_not) if why_not else ("flex", "a bias, no gradients, a long input")
-
-
-def flex_softmax_attention(q, k, v, score_mod) -> torch.Tensor:
-    """Causal softmax attention with a score_mod, in one compiled kernel. Returns (B, H, T, D)."""
-    return compiled_flex_attention()(q, k, v, score_mod=score_mod, block_mask=causal_block_mask(q.shape[2], q.device))
 
 
 def attention_with_weights(q, k, v, bias_fn=None, positions=None):
@@ -874,8 +892,12 @@ class GPT(nn.Module):
         return (logits, layers) if return_attention else logits
 
     def attention_path(self, length: int) -> tuple[str, str]:
-        """("fused" | "flex" | "blocks", why) for a forward of `length` tokens here and now (see attention_path)."""
-        return attention_path(self.pos, length, self.head.weight.device, torch.is_grad_enabled())
+        """("fused" | "flex" | "blocks" | "linear", why) for a forward of `length` tokens here and now (see
+        attention_path)."""
+        if self.config.attention == "linear":
+            return "linear", "linear attention"
+        return attention_path(self.pos, length, self.head.weight.device, torch.is_grad_enabled(),
+                              self.config.dim // self.config.heads)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Speed and memory: training speed per encoding against a plain reference, where a training step's time
-goes and which options make it faster, evaluation memory at long length, the cost of patching a Hugging Face
-model, an LLM fine-tune's throughput in 1 and 2 processes, and what --jobs does to an experiment's wall time.
+goes and which options make it faster, evaluation memory and time at long length with the attention path each
+encoding takes there, the bias encodings through flex attention against query blocks, the cost of patching a
+Hugging Face model, an LLM fine-tune's throughput in 1 and 2 processes, and what --jobs does to an
+experiment's wall time.
 
     python eval.py --bench                     # results/bench.{md,json}
 
@@ -10,6 +12,7 @@ of several repeats.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import platform
@@ -278,31 +281,25 @@ def evaluation_memory(lengths: list[int], threads: int | None) -> list[dict]:
     return rows
 
 
-def paths_compared(length: int, repeats: int) -> list[dict]:
-    """Each bias encoding's forward at `length` tokens through compiled flex attention and through query blocks,
-    in this process, after a first forward each (flex compiles there): the evidence for FLEX_MIN_LEN."""
+def paths_compared(lengths: list[int], repeats: int) -> list[dict]:
+    """Each bias encoding's forward at each length through compiled flex attention and through query blocks,
+    in this process, after a first forward each (flex compiles there): the evidence for each flex_from."""
     if lengen.flex_unavailable(torch.device("cpu").type):
         return []
     rows = []
-    for encoding, cls in lengen.ENCODINGS.items():
-        if cls.acts_on != "logits":
-            continue
+    for encoding, length in itertools.product(lengen.BIASES, lengths):
         torch.manual_seed(0)
         model = lengen.GPT(lengen.GPTConfig(vocab_size=64, layers=2, heads=4, dim=128, encoding=encoding,
                                             max_len=length)).eval()
         idx = torch.randint(0, 64, (1, length))
 
-        def forward(minimum):
+        def forward(flex_from):
             def go():
-                lengen.FLEX_MIN_LEN = minimum
+                model.pos.flex_from = flex_from  # this model alone: 0 takes flex, length + 1 blocks
                 with torch.no_grad():
                     model(idx)
             return go
-        default = lengen.FLEX_MIN_LEN
-        try:
-            best = best_times({"flex": forward(0), "blocks": forward(length + 1)}, repeats)
-        finally:
-            lengen.FLEX_MIN_LEN = default
+        best = best_times({"flex": forward(0), "blocks": forward(length + 1)}, repeats)
         rows.append({"encoding": encoding, "length": length, "flex_s": best["flex"], "blocks_s": best["blocks"]})
     return rows
 
@@ -346,7 +343,8 @@ def hf_patch_cost(length: int, repeats: int, smollm2: bool) -> list[dict]:
 # memory; hf_length: the tiny Llama's tokens in the patch-cost probe.
 _DEFAULT = dict(shapes=[dict(name="4x128, T 64, batch 12", layers=4, dim=128, heads=4, length=64, batch=12, steps=10),
                         dict(name="4x256, T 256, batch 4", layers=4, dim=256, heads=8, length=256, batch=4, steps=4)],
-                lengths=[4096, 8192, 16384, 32768], repeats=5, compile_rope=True, smollm2=True, hf_length=512, paths=8192,
+                lengths=[4096, 8192, 16384, 32768], repeats=5, compile_rope=True, smollm2=True, hf_length=512,
+                paths=[4096, 8192, 16384],
                 llm=dict(length=256, steps=4), jobs=dict(experiment="ryarn", jobs=(1, 2)))
 SCALES = {
     "quick": dict(shapes=[dict(name="2x32, T 32, batch 4", layers=2, dim=32, heads=2, length=32, batch=4, steps=2)],
@@ -377,9 +375,6 @@ def peak_growth(memory: list[dict], encoding: str, lengths: list[int]) -> float:
     return peak[lengths[-1]] / max(peak[lengths[-2]], 1e-9)
 
 
-BIASES = [name for name, cls in lengen.ENCODINGS.items() if cls.acts_on == "logits"]
-
-
 def vs_rope(memory: list[dict], encoding: str, length: int) -> float:
     """An encoding's forward time at `length` tokens over RoPE's, in the same run."""
     seconds = {r["encoding"]: r["seconds"] for r in memory if r["length"] == length}
@@ -397,7 +392,7 @@ def targets(data: dict, lengths: list[int]) -> list[dict]:
            ("YaRN step cost <= 1.10x NoPE", by["rope+yarn"]["cost_vs_nope"], by["rope+yarn"]["cost_vs_nope"] <= 1.10),
            ("lengen at least as fast as plain (worst variant)", slowest, slowest >= 1.0),
            (f"peak memory {lengths[-1]} / {lengths[-2]} <= 2.2x (worst encoding)", growth, growth <= 2.2)]
-    slowest_bias = max(vs_rope(data["memory"], e, lengths[-1]) for e in BIASES)
+    slowest_bias = max(vs_rope(data["memory"], e, lengths[-1]) for e in lengen.BIASES)
     out.append((f"every bias encoding within 2x RoPE at {lengths[-1]} tokens (slowest)", slowest_bias,
                 slowest_bias <= 2.0))
     if data["hf"]:
@@ -445,10 +440,10 @@ def memory_section(memory: list[dict], lengths: list[int]) -> list[str]:
 def paths_section(paths: list[dict]) -> list[str]:
     if not paths:
         return []
-    md = [f"\n## Flex attention or query blocks, at {paths[0]['length']} tokens (same model, one process, best of 2 "
-          "after a first forward)\n", "| encoding | flex | blocks | blocks / flex |", "|---|---:|---:|---:|"]
-    return md + [f"| {r['encoding']} | {r['flex_s']:.2f} s | {r['blocks_s']:.2f} s | {r['blocks_s'] / r['flex_s']:.2f}x |"
-                 for r in paths]
+    md = ["\n## Flex attention or query blocks (the same models, one process, best of 2 after a first forward)\n",
+          "| encoding | tokens | flex | blocks | blocks / flex |", "|---|---:|---:|---:|---:|"]
+    return md + [f"| {r['encoding']} | {r['length']} | {r['flex_s']:.2f} s | {r['blocks_s']:.2f} s | "
+                 f"{r['blocks_s'] / r['flex_s']:.2f}x |" for r in paths]
 
 
 def step_section(data: dict, shape_name: str) -> list[str]:

@@ -8,7 +8,9 @@ First `python -m pytest -m cuda` (tests/test_cuda.py: every part of the CUDA pat
   utilisation against the device's bfloat16 peak, and peak memory;
 - one evaluation forward of that model at 32K, 64K and 128K tokens (YaRN over its 8192-token context): time
   and peak memory;
-- the small GPT's training step (train.py's defaults: 2 layers x 64, batch 32 x 32 tokens): tokens/s.
+- the small GPT's training step (train.py's defaults: 2 layers x 64, batch 32 x 32 tokens): tokens/s;
+- every encoding's forward at 32K tokens in the bench's model (2 layers x 128, 4 heads; float32), with the
+  attention path it took (a bias: compiled flex attention) and its time over RoPE's.
 Without CUDA it refuses in one line. Until a GPU has run it, results/gpu.md does not exist.
 
 Read top to bottom: the peak and the FLOP count; the measurements; the markdown; run(args).
@@ -28,10 +30,11 @@ from eval import command_line, scale_name, write_results
 from runs import UsageError
 
 SCALES = {  # fine-tuning lengths, evaluation lengths, timed steps; the tests' own checks run in every scale
-    "quick": dict(train_lengths=(1024,), eval_lengths=(8192,), steps=2, pytest=False),
-    "default": dict(train_lengths=(4096, 8192), eval_lengths=(32768, 65536, 131072), steps=5, pytest=True),
+    "quick": dict(train_lengths=(1024,), eval_lengths=(8192,), steps=2, pytest=False, encodings_at=8192),
+    "default": dict(train_lengths=(4096, 8192), eval_lengths=(32768, 65536, 131072), steps=5, pytest=True,
+                    encodings_at=32768),
     "full": dict(train_lengths=(4096, 8192, 16384), eval_lengths=(32768, 65536, 131072, 262144), steps=10,
-                 pytest=True),
+                 pytest=True, encodings_at=32768),
 }
 WARMUP = 2  # untimed steps first: kernels chosen, memory pools grown
 
@@ -154,6 +157,23 @@ def small_gpt_speed(steps: int = 100) -> dict:
     return {"ms_per_step": 1000 * seconds, "tokens_per_s": x.numel() / seconds}
 
 
+@torch.no_grad()
+def encodings_at(length: int) -> list[dict]:
+    """Every encoding's forward at `length` tokens (the CPU bench's model), on CUDA in float32: time (after
+    WARMUP forwards, where flex attention compiles), peak memory, path, and time over RoPE's."""
+    rows = []
+    for encoding in lengen.ENCODINGS:
+        torch.manual_seed(0)
+        model = lengen.GPT(lengen.GPTConfig(vocab_size=64, layers=2, heads=4, dim=128, encoding=encoding,
+                                            max_len=length)).cuda().eval()
+        idx = torch.randint(0, 64, (1, length), device="cuda")
+        seconds, memory = timed(lambda: model(idx), 3)
+        rows.append({"encoding": encoding, "path": model.attention_path(length)[0], "seconds": seconds,
+                     "peak_gib": memory})
+    rope = next(r["seconds"] for r in rows if r["encoding"] == "rope")
+    return [{**r, "vs_rope": r["seconds"] / rope} for r in rows]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Markdown, and the run
 # ---------------------------------------------------------------------------------------------------------
@@ -176,7 +196,12 @@ def markdown(data: dict) -> str:
     out += [f"| {r['tokens']} | {r['seconds']:.2f} | {r['peak_gib']:.1f} |" for r in data["eval_forward"]]
     gpt = data["small_gpt"]
     out += ["", f"Small GPT (train.py's defaults), a training step of 32 x 32 tokens: {gpt['ms_per_step']:.2f} ms, "
-            f"{gpt['tokens_per_s']:,.0f} tokens/s.", ""]
+            f"{gpt['tokens_per_s']:,.0f} tokens/s.", "",
+            f"## Every encoding, one forward at {data['settings']['encodings_at']} tokens (2 layers x 128, 4 heads, "
+            "float32)", "", "| encoding | path | seconds | vs RoPE | peak memory (GiB) |", "|---|---|---:|---:|---:|"]
+    out += [f"| {r['encoding']} | {r['path']} | {r['seconds']:.3f} | {r['vs_rope']:.2f}x | {r['peak_gib']:.2f} |"
+            for r in data["encodings"]]
+    out.append("")
     return "\n".join(out)
 
 
@@ -199,5 +224,6 @@ def run(args) -> None:
     model, _ = hf.load_llm("smollm2", "cuda")  # fresh weights, and no optimizer state in memory
     data["eval_forward"] = eval_forward(model, setup["eval_lengths"])
     data["small_gpt"] = small_gpt_speed()
+    data["encodings"] = encodings_at(setup["encodings_at"])
     data["runtime_s"] = time.perf_counter() - start
     write_results("gpu", markdown(data), data, None, args.out_dir)

@@ -64,11 +64,10 @@ def test_bench_quick_reports_consistent_ratios_and_targets(tmp_path):
                 "lengen at least as fast": (min(r["speedup_vs_plain"] for r in by.values()), ">=", 1.0),
                 "peak memory": (growth, "<=", 2.2)}
     seconds = {(r["encoding"], r["length"]): r["seconds"] for r in data["memory"]}
-    biases = [e for e, cls in lengen.ENCODINGS.items() if cls.acts_on == "logits"]
     expected["every bias encoding within 2x RoPE"] = (
-        max(seconds[e, lengths[-1]] / seconds["rope", lengths[-1]] for e in biases), "<=", 2.0)
+        max(seconds[e, lengths[-1]] / seconds["rope", lengths[-1]] for e in lengen.BIASES), "<=", 2.0)
     # every row says its path: no bias -> fused; a bias at these short lengths -> blocks
-    assert all(r["path"] == ("blocks" if r["encoding"] in biases else "fused") for r in data["memory"])
+    assert all(r["path"] == ("blocks" if r["encoding"] in lengen.BIASES else "fused") for r in data["memory"])
     if data["hf"]:
         expected["patched HF forward"] = (max(r["ratio"] for r in data["hf"]), "<=", 1.02)
     assert len(data["targets"]) == len(expected)

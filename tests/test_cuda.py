@@ -3,6 +3,7 @@ here is skipped, with the reason; the CPU tests check the same code on the CPU.
 
 - a small GPT trains and evaluates on CUDA with every encoding, position sampler and rotary scaling, and its
   forward there equals its forward on the CPU (float32, TF32 off);
+- each bias encoding's compiled flex attention (Triton) equals its query-block path on CUDA;
 - an LLM fine-tune on CUDA, where bfloat16 autocast and activation checkpointing are on by themselves, with
   randomized positions: it attends across the gaps of its position ids and saves a run that reloads;
 - a long prompt is scored with its KV cache on CUDA;
@@ -55,6 +56,23 @@ def test_every_rotary_scaling_on_cuda(tmp_path, scaling):
     out = str(tmp_path / "run")
     train.run([*SMALL, "--scaling", scaling, "--factor", "2", "--device", "cuda", "--out", out])
     assert_cuda_forward_is_cpu_forward(out)
+
+
+@pytest.mark.parametrize("encoding", lengen.BIASES)
+def test_flex_attention_on_cuda_equals_the_block_path(encoding, monkeypatch):
+    """test_flex.py's compiled check, on CUDA: uneven per-row ids, a length that ends inside a tile."""
+    from test_flex import LENGTH, trained_looking, uneven_positions
+    torch.backends.cuda.matmul.allow_tf32 = False
+    assert lengen.flex_unavailable("cuda") is None
+    model = trained_looking(encoding).cuda()
+    idx, positions = torch.randint(0, 16, (2, LENGTH), device="cuda"), uneven_positions(2, LENGTH).cuda()
+    with torch.no_grad():
+        model.pos.flex_from = LENGTH
+        assert model.attention_path(LENGTH)[0] == "flex"
+        flex = model(idx, positions)
+        model.pos.flex_from = LENGTH + 1
+        blocks = model(idx, positions)
+    assert (flex - blocks).abs().max() < TOLERANCE
 
 
 @pytest.fixture(scope="module")
