@@ -652,7 +652,7 @@ def softmax_attention(q, k, v, bias_fn=None, positions=None, query_block: int = 
     return torch.cat(out, dim=2)
 
 
-FLEX_BLOCK = 128     # flex attention's tile: the causal mask skips tiles above the diagonal, needs none below
+FLEX_BLOCK = 128  # flex attention's tile: the causal mask skips tiles above the diagonal, needs none below
 
 
 @functools.lru_cache(maxsize=16)  # every layer of a forward asks for the same one

@@ -127,7 +127,8 @@ encoding, length, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 torch.manual_seed(0)
 model = lengen.GPT(lengen.GPTConfig(vocab_size=16, layers=1, heads=2, dim=16, encoding=encoding,
                                     max_len=length)).eval()
-model.pos.flex_from = length + 1 if path == "blocks" else min(model.pos.flex_from, length)
+if path == "blocks":
+    model.pos.flex_from = length + 1  # this model alone: query blocks at every length
 idx = torch.randint(0, 16, (1, length))
 with torch.no_grad():
     taken, why = model.attention_path(length)
@@ -139,7 +140,7 @@ open("/proc/self/clear_refs", "w").write("5")  # reset the peak resident size
 before = kib("VmRSS")
 with torch.no_grad():
     out = model(idx)
-print((kib("VmHWM") - before) / 1024, bool(torch.isfinite(out).all()), taken, why, sep="\n")
+print((kib("VmHWM") - before) / 1024, bool(torch.isfinite(out).all()), taken, why, sep="\\n")
 """
 
 
