@@ -5,10 +5,10 @@ Read top to bottom:
   2. applying rotations (cos/sin in float64, the half-split layout of Hugging Face Llama models)
   3. position ids (contiguous, randomized, uniform stretch, PoSE) and a length curriculum
   4. positional encodings, grouped by where they act: the input, q/k rotation, the attention logits
-  5. attention: softmax (fused SDPA; a bias in query blocks, or compiled flex attention), an analysis path,
-     linear attention
+  5. attention: softmax written out, the same in query blocks (fused SDPA without a bias), linear attention
   6. a small GPT that takes any encoding and any position ids
   7. a Hugging Face bridge: put any of these scalings into a Llama-family model
+  8. flex attention: a bias in one compiled kernel, the speed path of long evaluations
 
 Nothing here imports the rest of the project, and importing it never imports transformers.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -24,20 +25,19 @@ import torch.nn.functional as F
 
 try:
     from torch.nn.attention.flex_attention import BlockMask, flex_attention
-except ImportError:  # a torch without flex attention: bias encodings keep the block path (section 5)
+except ImportError:  # a torch without flex attention: bias encodings keep the block path (section 8)
     BlockMask = flex_attention = None
 
 # ---------------------------------------------------------------------------------------------------------
 # 1. Rotary scalings
 #
-# RoPE rotates pair i of every query and key by the angle p * theta_i at position p. A rotary scaling decides
-# the frequencies theta_i (and an attention scale that multiplies cos and sin). Every scaling is a pure
-# function with one signature, (dim, base, factor, original_len, length) -> (inv_freq, attention_scale):
-# a float32 tensor of dim // 2 and a float, computed exactly as Hugging Face transformers computes it, so a
-# model fine-tuned here means the same thing there. Each reads only the arguments its formula needs and checks
-# them itself, so that one copied into another project (with rope_frequencies, which they all build on) still
-# refuses a bad input with a reason. GPTConfig, config.json and the command line name the choice the same way
-# (scaling="yarn", --scaling yarn).
+# RoPE rotates pair i of every query and key by the angle p * theta_i at position p. A rotary scaling decides the
+# frequencies theta_i (and an attention scale that multiplies cos and sin). Every scaling is a pure function with
+# one signature, (dim, base, factor, original_len, length) -> (inv_freq, attention_scale): a float32 tensor of
+# dim // 2 and a float, computed exactly as Hugging Face transformers computes it, so a model fine-tuned here
+# means the same thing there. Each reads only the arguments its formula needs and checks them itself, so that one
+# copied into another project (with rope_frequencies, which they all build on) still refuses a bad input with a
+# reason. GPTConfig, config.json and the command line name the choice the same way (scaling="yarn", --scaling yarn).
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -74,10 +74,8 @@ def ntk_frequencies(dim: int, base: float, factor: float, original_len: int | No
 def dynamic_ntk_frequencies(dim: int, base: float, factor: float, original_len: int,
                             length: int | None = None) -> tuple[torch.Tensor, float]:
     """Dynamic NTK (arXiv 2309.00071 sec. 3.3): base -> base * (s*n/L - (s-1))^(dim/(dim-2)) at length n > L.
-
     At or below the original length L it is plain RoPE, so short inputs are read exactly as in pretraining.
-    Standalone with: rope_frequencies, ntk_frequencies.
-    """
+    Standalone with: rope_frequencies, ntk_frequencies."""
     if not (original_len and original_len > 0):
         raise ValueError(f"dynamic NTK needs original_len > 0, the length the model was trained at, got {original_len}")
     ntk_frequencies(dim, base, factor)  # checks dim, base and s
@@ -95,8 +93,7 @@ def yarn_frequencies(dim: int, base: float, factor: float, original_len: int, le
     pretraining) and a linear ramp over the pair index in between. Pair boundaries come from the number of
     turns r a pair makes in L:  corr(r) = dim * ln(L / (2 pi r)) / (2 ln base).
     Worked example: dim 128, base 1e4, L 4096, s 16 -> ramp from pair 20 to 46, a = 1.2773.
-    Standalone with: rope_frequencies.
-    """
+    Standalone with: rope_frequencies."""
     if not (original_len and original_len > 0):
         raise ValueError(f"YaRN needs original_len > 0, the length the model was trained at, got {original_len}")
     theta, _ = rope_frequencies(dim, base, factor)  # checks dim, base and s
@@ -141,8 +138,7 @@ def rotary_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, attention_sc
     """cos and sin of p * theta_i for positions of shape (T,) or (B, T): returns two (..., T, dim) tensors.
 
     The phase is computed in float64: in float32, p * theta_0 at p = 1e6 is off by ~0.03 rad, enough to move
-    attention at long context. YaRN's attention scale multiplies both cos and sin, so logits grow by scale^2.
-    """
+    attention at long context. YaRN's attention scale multiplies both cos and sin, so logits grow by scale^2."""
     phase = positions.to(torch.float64)[..., None] * inv_freq.to(torch.float64)  # (..., T, dim/2)
     phase = torch.cat((phase, phase), dim=-1)  # (..., T, dim): pair i is (i, i + dim/2)
     return (phase.cos() * attention_scale).to(dtype), (phase.sin() * attention_scale).to(dtype)
@@ -158,8 +154,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     """Rotate x (B, H, T, D) pairwise in the half-split layout: pair i is (x[i], x[i + D/2]).
 
     This is the layout of Hugging Face Llama-family checkpoints, so their weights need no permutation.
-    cos/sin are (T, D) or (B, T, D); a per-row position set gets a head axis here.
-    """
+    cos/sin are (T, D) or (B, T, D); a per-row position set gets a head axis here."""
     if cos.dim() == 3:
         cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, D)
     return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)
@@ -187,8 +182,7 @@ def randomized_positions(batch: int, length: int, max_position: int,
     For example, batch 1, length 4, max_position 16 may give tensor([[2, 5, 6, 13]]).
     Two exact methods. With max_position <= 4 * length, rank random keys over the whole range. Otherwise draw
     integers and redraw duplicates until none remain: the procedure treats every id alike, so every subset is
-    equally likely, and it costs O(length), not O(max_position) (64 x 4096 ids out of 1e6 in milliseconds).
-    """
+    equally likely, and it costs O(length), not O(max_position) (64 x 4096 ids out of 1e6 in milliseconds)."""
     if max_position < length:
         raise ValueError(f"max_position {max_position} is below the sequence length {length}: "
                          "positions must be distinct")
@@ -211,8 +205,7 @@ def stretch_positions(batch: int, length: int, max_position: int,
                       generator: torch.Generator | None = None) -> torch.Tensor:
     """Uniform stretch ("virtual length"): ids floor(t * V / L) with V ~ U[L, max_position] per row.
 
-    Example: L 4, V 10 -> [0, 2, 5, 7]. Spacing is even within a row; only the row's span is random.
-    """
+    Example: L 4, V 10 -> [0, 2, 5, 7]. Spacing is even within a row; only the row's span is random."""
     if max_position < length:
         raise ValueError(f"max_position {max_position} is below the sequence length {length}: "
                          "positions must be distinct")
@@ -227,8 +220,7 @@ def pose_positions(batch: int, length: int, max_position: int,
     """PoSE (arXiv 2309.10400), two chunks: ids 0..c-1, then c+u .. L-1+u with a random skip u.
 
     Example: L 6, cut c 2, skip 7 -> [0, 1, 9, 10, 11, 12]. Both chunks stay contiguous, so local order looks
-    exactly as at inference, while the skip exposes relative distances up to max_position - 1.
-    """
+    exactly as at inference, while the skip exposes relative distances up to max_position - 1."""
     if max_position < length:
         raise ValueError(f"max_position {max_position} is below the sequence length {length}: "
                          "positions must be distinct")
@@ -240,12 +232,8 @@ def pose_positions(batch: int, length: int, max_position: int,
     return torch.where(t < cut, t, t + skip)
 
 
-POSITION_SAMPLERS = {
-    "contiguous": contiguous_positions,
-    "randomized": randomized_positions,
-    "stretch": stretch_positions,
-    "pose": pose_positions,
-}
+POSITION_SAMPLERS = {"contiguous": contiguous_positions, "randomized": randomized_positions,
+                     "stretch": stretch_positions, "pose": pose_positions}
 
 
 class LengthCurriculum:
@@ -256,8 +244,7 @@ class LengthCurriculum:
     under 8K tokens: 8K -> 10K -> 12K -> 16K -> 16K, five equal stages at 0, 1/4, 1/2, 1 and 1 of the way
     from start to end, so the last two fifths hold the top ("paper-r"). "linear" grows evenly, "step" climbs
     `stages` equal stairs, the last at `end`, "cosine" slowly at both ends. Every shape equals start at step
-    0 and end from `steps` on. (A shape is how the range grows; a rotary "scaling" above is something else.)
-    """
+    0 and end from `steps` on. (A shape is how the range grows; a rotary "scaling" above is something else.)"""
 
     SHAPES = ("paper-r", "linear", "step", "cosine")
     PAPER_R_STAGES = (0.0, 0.25, 0.5, 1.0, 1.0)  # 8K, 10K, 12K, 16K, 16K as fractions of the way 8K -> 16K
@@ -293,19 +280,17 @@ class LengthCurriculum:
 #   bias(q_pos, k_pos)       -> (B|1, H, Tq, Tk) added to the attention logits, or None     (ALiBi, T5, KERPLE, FIRE)
 # and a bias encoding also writes its formula per logit, as flex attention's score_mod:
 #   score_mod(positions)     -> f(score, b, h, i, j) = score + bias of head h, query i, key j, batch row b
-#                               (positions (B, T) here: one row per batch row)
-# positions are (T,) or (B, T) otherwise. The GPT computes embed and rotary once per forward and shares them across
-# layers; a bias is computed per block of queries, or inside a compiled kernel (section 5), so it never needs
-# all T x T logits at once.
+# with positions (B, T), one row per batch row; (T,) or (B, T) elsewhere. Each bias is one function of d = i - j
+# (alibi_bias, t5_bucket, kerple_bias, fire_input), called by bias() on a grid and by score_mod on one logit's 0-d
+# tensors, so the two agree by construction. The GPT computes embed and rotary once per forward for all layers; a
+# bias is built a block of queries at a time (section 5) or in a compiled kernel (section 8), never all T x T at once.
 # ---------------------------------------------------------------------------------------------------------
 
 
 class PositionalEncoding(nn.Module):
-    """The common interface. `acts_on` names the one place an encoding acts: "input", "qk", "logits" or
-    None (NoPE)."""
+    """The common interface. `acts_on` names the one place an encoding acts: "input", "qk", "logits" or None."""
 
     acts_on: str | None = None
-    flex_from = 4096  # a bias: from this many tokens on, a forward without gradients takes flex attention
 
     def embed(self, positions: torch.Tensor) -> torch.Tensor | None:
         return None
@@ -365,8 +350,7 @@ class Rotary(PositionalEncoding):
     """RoPE with any scaling: rotates q and k so that <R_m q, R_n k> = <q, R_(n-m) k> (arXiv 2104.09864).
 
     The logit then depends on n - m alone: shifting every position by the same amount changes nothing.
-    dynamic_ntk recomputes its frequencies from the largest position in each call.
-    """
+    dynamic_ntk recomputes its frequencies from the largest position in each call."""
 
     acts_on = "qk"
 
@@ -402,8 +386,7 @@ class XPos(Rotary):
     (1 + gamma) with gamma 0.4 and B 512: the fast pairs decay most (head dim 32: zeta_0 = 0.286, zeta_15 =
     0.955; at offset 256, zeta_0^(1/2) = 0.53). Only n - m matters, so the scales are taken about the middle of
     each row's positions, which keeps them near 1 (at 16K tokens, zeta_0^(+-16) = 2e-9 .. 5e8, inside float32).
-    Beyond a span of 56,463 positions they would leave float32 (q * scale overflows): refused (max_span).
-    """
+    Beyond a span of 56,463 positions they would leave float32 (q * scale overflows): refused (max_span)."""
 
     def __init__(self, head_dim: int, base: float = 10000.0, gamma: float = 0.4, scale_base: float = 512.0):
         super().__init__(head_dim, base)
@@ -432,11 +415,6 @@ def distances(q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Ten
     return distance if distance.dim() == 3 else distance[None]
 
 
-def distance_at(positions: torch.Tensor, b, i, j) -> torch.Tensor:
-    """Inside a score_mod: the distance from query i to key j of batch row b, 0 for keys ahead (masked anyway)."""
-    return (positions[b, i] - positions[b, j]).clamp(min=0)
-
-
 def alibi_slopes(heads: int) -> torch.Tensor:
     """ALiBi slopes (arXiv 2108.12409): 2^(-8h/H) for h = 1..H when H is a power of two; otherwise the
     reference rule: the slopes of the largest power of two below H, then every other slope of twice that."""
@@ -449,35 +427,47 @@ def alibi_slopes(heads: int) -> torch.Tensor:
     return torch.tensor(power_of_two(closest) + power_of_two(2 * closest)[0::2][: heads - closest])
 
 
+def alibi_bias(distance: torch.Tensor, slopes: torch.Tensor) -> torch.Tensor:
+    """ALiBi (arXiv 2108.12409): -m_h * d at distance d = i - j, for head slopes m_h (alibi_slopes) broadcast
+    against d; a key ahead (d < 0) counts as d = 0. Head 0 of 4 (m = 1/4) at d = 5: -1.25."""
+    return -slopes * distance.clamp(min=0)
+
+
 class ALiBi(PositionalEncoding):
-    """A linear penalty on the logits: head h adds -m_h * (i - j) for query position i, key position j.
-    Standalone with: PositionalEncoding, distances, distance_at, alibi_slopes."""
+    """A linear penalty on the logits: head h adds alibi_bias(i - j, m_h) = -m_h * (i - j), query i, key j.
+    Standalone with: PositionalEncoding, distances, alibi_slopes, alibi_bias."""
 
     acts_on = "logits"
-    flex_from = 16384  # a bias this cheap to build: query blocks are faster up to 8192 tokens (docs/speed.md)
 
     def __init__(self, heads: int):
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(heads), persistent=False)
 
-    def bias(self, q_positions, k_positions):
-        return -self.slopes[:, None, None] * distances(q_positions, k_positions)[:, None]  # (B|1, H, Tq, Tk)
+    def bias(self, q_positions, k_positions):  # (B|1, H, Tq, Tk)
+        return alibi_bias(distances(q_positions, k_positions)[:, None], self.slopes[:, None, None])
 
     def score_mod(self, positions):
-        return lambda score, b, h, i, j: score - self.slopes[h] * distance_at(positions, b, i, j)
+        return lambda score, b, h, i, j: score + alibi_bias(positions[b, i] - positions[b, j], self.slopes[h])
+
+
+def t5_bucket(distance: torch.Tensor, buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
+    """T5's bucket of the distance d = i - j (arXiv 1910.10683), elementwise; the bias is table[bucket, head].
+
+    All B buckets are for d >= 0 (a decoder never looks ahead; d < 0 counts as 0). Short distances get one
+    bucket each and longer ones share log-spaced buckets up to max_distance, beyond which all share the last:
+        bucket(d) = d                                                                 for d < B/2
+                  = min(B - 1, B/2 + floor(ln(2d / B) / ln(2 max_distance / B) * B/2))  otherwise
+    Worked example, B 32, max_distance 128: d 15 -> 15, 16 -> 16, 20 -> 17, 32 -> 21, 64 -> 26, 127 and 1000 -> 31."""
+    distance, exact = distance.clamp(min=0).long(), buckets // 2
+    log_ratio = torch.log(distance.clamp(min=1).float() / exact) / math.log(max_distance / exact)
+    far = (exact + log_ratio * (buckets - exact)).long().clamp(max=buckets - 1)
+    return torch.where(distance < exact, distance, far)
 
 
 class T5Bias(PositionalEncoding):
-    """T5's relative bias (arXiv 1910.10683): a learned scalar per head for each bucket of the distance i - j.
-
-    With B buckets, all for d = i - j >= 0 (a decoder never looks ahead), short distances get one bucket each
-    and longer ones share log-spaced buckets up to max_distance, beyond which every distance shares the last:
-        bucket(d) = d                                                                 for d < B/2
-                  = min(B - 1, B/2 + floor(ln(2d / B) / ln(2 max_distance / B) * B/2))  otherwise
-    Worked example, B 32, max_distance 128: d 15 -> 15, 16 -> 16, 20 -> 17, 32 -> 21, 64 -> 26, 127 -> 31,
-    1000 -> 31. The table starts at zero: an untrained model attends as NoPE does.
-    Standalone with: PositionalEncoding, distances, distance_at.
-    """
+    """T5's relative bias (arXiv 1910.10683): a learned scalar per head for each bucket of the distance i - j
+    (t5_bucket). The table starts at zero: an untrained model attends as NoPE does.
+    Standalone with: PositionalEncoding, distances, t5_bucket."""
 
     acts_on = "logits"
 
@@ -489,55 +479,60 @@ class T5Bias(PositionalEncoding):
         self.buckets, self.max_distance = buckets, max_distance
         self.table = nn.Parameter(torch.zeros(buckets, heads))
 
-    def bucket(self, distance: torch.Tensor) -> torch.Tensor:
-        exact = self.buckets // 2
-        log_ratio = torch.log(distance.clamp(min=1).float() / exact) / math.log(self.max_distance / exact)
-        far = (exact + log_ratio * (self.buckets - exact)).long().clamp(max=self.buckets - 1)
-        return torch.where(distance < exact, distance, far)
-
     def bias(self, q_positions, k_positions):
-        distance = distances(q_positions, k_positions).clamp(min=0).long()  # keys ahead are masked anyway
-        return self.table[self.bucket(distance)].movedim(-1, -3)  # (B|1, Tq, Tk, H) -> (B|1, H, Tq, Tk)
+        bucket = t5_bucket(distances(q_positions, k_positions), self.buckets, self.max_distance)
+        return self.table[bucket].movedim(-1, -3)  # (B|1, Tq, Tk, H) -> (B|1, H, Tq, Tk)
 
-    def score_mod(self, positions):  # every distance from max_distance on shares the last bucket
-        per_distance = self.table[self.bucket(torch.arange(self.max_distance + 1, device=positions.device))]
-        return lambda score, b, h, i, j: score + per_distance[distance_at(positions, b, i, j).clamp(
-            max=self.max_distance), h]
+    def score_mod(self, positions):  # the bias at distances 0..top (max_distance): every farther one shares the last
+        top = self.max_distance
+        per_distance = self.table[t5_bucket(torch.arange(top + 1, device=positions.device), self.buckets, top)]
+        return lambda score, b, h, i, j: score + per_distance[(positions[b, i] - positions[b, j]).clamp(0, top), h]
+
+
+def kerple_bias(distance: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor) -> torch.Tensor:
+    """KERPLE's logarithmic kernel (arXiv 2205.09921): -r1_h * ln(1 + r2_h * d) at distance d = i - j, the
+    per-head rates broadcast against d; a key ahead (d < 0) counts as d = 0. r1 2, r2 1, d e - 1: -2."""
+    return -r1 * torch.log1p(r2 * distance.clamp(min=0))
 
 
 class KerpleLog(PositionalEncoding):
-    """KERPLE, the logarithmic kernel (arXiv 2205.09921): head h adds -r1_h * ln(1 + r2_h * (i - j)), r1, r2 > 0.
+    """KERPLE, logarithmic (arXiv 2205.09921): head h adds kerple_bias(i - j) = -r1_h ln(1 + r2_h (i - j)), r1, r2 > 0.
 
     Like ALiBi a penalty that grows with the distance (ALiBi is its limit r2 -> 0 with r1 r2 = m), but only
-    logarithmically, so far keys stay reachable; both rates are learned. As in the paper's code, r1 and r2
-    start uniform in (0, 2) and (0, 1) and never go below 0.01. That code clamps the stored values in place
-    before each forward, so a rate pushed under 0.01 is reset to it and keeps learning. Here the trainer does
-    the same after each optimizer step (after_step), which leaves the forward a pure function of the weights
-    (an in-place edit of a parameter inside it is what torch.compile and FSDP would have to special-case). The
-    forward clamps too, so weights from anywhere act within range; on trained weights that clamp changes nothing.
-    Standalone with: PositionalEncoding, distances, distance_at.
-    """
+    logarithmically, so far keys stay reachable; both rates are learned. As in the paper's code, r1 and r2 start
+    uniform in (0, 2) and (0, 1) and never go below 0.01. That code clamps the stored values in place before each
+    forward (a rate pushed under 0.01 is reset to it and keeps learning); here the trainer does so after each
+    optimizer step (after_step), leaving the forward a pure function of the weights (an in-place edit of a
+    parameter inside it is what torch.compile and FSDP would have to special-case). The forward clamps too, so
+    weights from anywhere act within range; on trained weights that clamp changes nothing.
+    Standalone with: PositionalEncoding, distances, kerple_bias."""
 
     acts_on = "logits"
-    flex_from = 16384  # as ALiBi: query blocks are faster up to 8192 tokens (docs/speed.md)
 
     def __init__(self, heads: int, floor: float = 1e-2):
         super().__init__()
         self.r1, self.r2, self.floor = nn.Parameter(2 * torch.rand(heads)), nn.Parameter(torch.rand(heads)), floor
 
-    def bias(self, q_positions, k_positions):
-        distance = distances(q_positions, k_positions).clamp(min=0)[:, None]  # (B|1, 1, Tq, Tk)
+    def bias(self, q_positions, k_positions):  # (B|1, H, Tq, Tk)
         r1, r2 = (r.clamp(min=self.floor)[:, None, None] for r in (self.r1, self.r2))  # (H, 1, 1)
-        return -r1 * torch.log1p(r2 * distance)
+        return kerple_bias(distances(q_positions, k_positions)[:, None], r1, r2)
 
     def score_mod(self, positions):
         r1, r2 = self.r1.clamp(min=self.floor), self.r2.clamp(min=self.floor)
-        return lambda score, b, h, i, j: score - r1[h] * torch.log1p(r2[h] * distance_at(positions, b, i, j))
+        return lambda score, b, h, i, j: score + kerple_bias(positions[b, i] - positions[b, j], r1[h], r2[h])
 
     @torch.no_grad()
     def after_step(self):
         self.r1.clamp_(min=self.floor)
         self.r2.clamp_(min=self.floor)
+
+
+def fire_input(distance: torch.Tensor, query: torch.Tensor, c: torch.Tensor, threshold=None) -> torch.Tensor:
+    """What FIRE's learned f reads (arXiv 2310.04418): psi(d) / psi(max(L, i)), psi(x) = ln(c x + 1), at distance
+    d = i - j (d < 0 counts as 0) from a query at position i, broadcast; threshold L None: psi(d) alone.
+    c 0.1, L 512: a key 100 before the query at 1000 reads ln 11 / ln 101 = 0.52."""
+    x = torch.log1p(c * distance.clamp(min=0))
+    return x if threshold is None else x / torch.log1p(c * torch.maximum(query.float(), threshold))
 
 
 class FIRE(PositionalEncoding):
@@ -550,13 +545,13 @@ class FIRE(PositionalEncoding):
     paper's code; that code starts L at 512, here it starts at the training length when the config has one,
     so that the normalisation is in play at this scale. Dividing by psi(i) makes FIRE depend on the absolute
     query position: unlike the other biases it is not shift-invariant, by design (normalise=False makes it so).
-    Standalone with: PositionalEncoding, distances, distance_at.
-    """
+    bias() and score_mod share fire_input (the psi ratio), not f: bias() runs the MLP module, score_mod unrolls
+    it one hidden unit at a time (a compiled score_mod holds no vectors); tests/test_flex.py checks they agree.
+    Standalone with: PositionalEncoding, distances, fire_input."""
 
     acts_on = "logits"
 
-    def __init__(self, heads: int, width: int = 32, c: float = 0.1, threshold: float = 512.0,
-                 normalise: bool = True):
+    def __init__(self, heads: int, width: int = 32, c: float = 0.1, threshold: float = 512.0, normalise: bool = True):
         super().__init__()
         self.mlp = nn.Sequential(nn.Linear(1, width), nn.ReLU(), nn.Linear(width, heads))
         self.c, self.threshold_scale = nn.Parameter(torch.tensor(c)), nn.Parameter(torch.tensor(1.0))
@@ -564,25 +559,19 @@ class FIRE(PositionalEncoding):
         self.normalise = normalise
 
     def bias(self, q_positions, k_positions):
-        c = self.c.abs()
-        x = torch.log1p(c * distances(q_positions, k_positions).clamp(min=0))  # (B|1, Tq, Tk)
-        if self.normalise:
-            threshold = (self.threshold_scale * self.threshold).abs()
-            query = torch.maximum(q_positions.float(), threshold)
-            x = x / torch.log1p(c * (query if query.dim() == 2 else query[None]))[..., None]
+        threshold = (self.threshold_scale * self.threshold).abs() if self.normalise else None
+        x = fire_input(distances(q_positions, k_positions), q_positions[..., :, None], self.c.abs(), threshold)
         # f is applied a slab of query rows at a time: its hidden layer is `width` numbers per (query, key)
         rows = max(1, 2 ** 22 // (x.shape[0] * x.shape[2] * self.mlp[0].out_features))
         return torch.cat([self.mlp(x[:, i:i + rows, :, None]) for i in range(0, x.shape[1], rows)],
                          dim=1).movedim(-1, -3)  # (B|1, Tq, Tk, H) -> (B|1, H, Tq, Tk)
 
     def score_mod(self, positions):
-        c, threshold = self.c.abs(), (self.threshold_scale * self.threshold).abs()
+        c, threshold = self.c.abs(), (self.threshold_scale * self.threshold).abs() if self.normalise else None
         (w1, b1), (w2, b2) = (self.mlp[0].weight[:, 0], self.mlp[0].bias), (self.mlp[2].weight, self.mlp[2].bias)
 
         def fire(score, b, h, i, j):
-            x = torch.log1p(c * distance_at(positions, b, i, j))
-            if self.normalise:
-                x = x / torch.log1p(c * torch.maximum(positions[b, i].float(), threshold))
+            x = fire_input(positions[b, i] - positions[b, j], positions[b, i], c, threshold)
             f = b2[h]
             for unit in range(w1.shape[0]):  # f's hidden layer one unit at a time: a kernel has no vectors here
                 f = f + w2[h, unit] * torch.relu(w1[unit] * x + b1[unit])
@@ -601,14 +590,11 @@ def make_encoding(config: "GPTConfig") -> PositionalEncoding:
     copied into a project that has no GPTConfig."""
     head_dim = config.dim // config.heads
     return {
-        "nope": lambda: NoPE(),
-        "learned": lambda: LearnedAbsolute(config.max_len, config.dim),
+        "nope": lambda: NoPE(), "learned": lambda: LearnedAbsolute(config.max_len, config.dim),
         "sinusoidal": lambda: Sinusoidal(config.dim),
         "rope": lambda: Rotary(head_dim, config.rope_base, config.scaling, config.factor, config.original_len),
-        "xpos": lambda: XPos(head_dim, config.rope_base),
-        "alibi": lambda: ALiBi(config.heads),
-        "t5": lambda: T5Bias(config.heads),
-        "kerple": lambda: KerpleLog(config.heads),
+        "xpos": lambda: XPos(head_dim, config.rope_base), "alibi": lambda: ALiBi(config.heads),
+        "t5": lambda: T5Bias(config.heads), "kerple": lambda: KerpleLog(config.heads),
         # FIRE's threshold L starts at the training length (see FIRE); the paper's code starts it at 512
         "fire": lambda: FIRE(config.heads, threshold=float(config.original_len or 512)),
     }[config.encoding]()
@@ -617,13 +603,24 @@ def make_encoding(config: "GPTConfig") -> PositionalEncoding:
 # ---------------------------------------------------------------------------------------------------------
 # 5. Attention
 #
-# All three kinds take q, k, v (B, H, T, D) and are causal. Without a bias, softmax attention is one call of
-# torch's fused causal kernel, which never builds the T x T logits. A logit bias (ALiBi) or linear attention
-# needs the scores explicitly, so long sequences go in blocks of queries, each seeing the keys up to its last
-# query; the block shrinks as T grows, so a block's scores stay near 4M numbers and memory grows ~linearly.
-# A bias can also go into one compiled kernel: flex attention takes the encoding's score_mod (its formula per
-# logit) and never builds the logits. attention_path says which a forward takes, and why.
+# All three take q, k, v (B, H, T, D) and are causal. First the definition, softmax(q k^T / sqrt(D) + bias), every
+# logit written out; then the same as a forward runs it: torch's fused causal kernel without a bias (it never builds
+# the logits), with one blocks of queries that see the keys up to their last query, fewer as T grows so that a
+# block's scores stay near 4M numbers (memory ~linear); last, linear attention, the control. Flex: section 8.
 # ---------------------------------------------------------------------------------------------------------
+
+
+def attention_with_weights(q, k, v, bias_fn=None, positions=None):
+    """softmax(q k^T / sqrt(D) + bias) v under the causal mask, also returning the logits and the weights
+    (B, H, T, T): the definition the other paths must equal, and the GPT's analysis path (return_attention).
+    bias_fn(q_pos, k_pos) -> (B|1, H, T, T), as an encoding's bias. Quadratic in memory: for short sequences."""
+    T = q.shape[2]
+    logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, T)
+    if bias_fn is not None:
+        logits = logits + bias_fn(positions, positions)
+    logits = logits.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=q.device).tril(), float("-inf"))
+    weights = logits.softmax(dim=-1)
+    return weights @ v, logits, weights
 
 
 def _causal_mask(start: int, stop: int, device) -> torch.Tensor:
@@ -639,106 +636,23 @@ def query_blocks(q: torch.Tensor, query_block: int):
 
 
 def softmax_attention(q, k, v, bias_fn=None, positions=None, query_block: int = 1024) -> torch.Tensor:
-    """Causal softmax attention through torch's scaled_dot_product_attention; an ALiBi-style bias_fn(q_pos,
-    k_pos) is added to the logits as a float mask, block by block. Returns (B, H, T, D)."""
+    """attention_with_weights' output through torch's scaled_dot_product_attention: one fused causal call
+    without a bias; with one, bias_fn(q_pos, k_pos) added as a float mask, block by block. Returns (B, H, T, D)."""
     if bias_fn is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     out = []
     for start, stop in query_blocks(q, query_block):
         mask = bias_fn(positions[..., start:stop], positions[..., :stop]).to(q.dtype)
         mask = mask.masked_fill(~_causal_mask(start, stop, q.device), float("-inf"))
-        out.append(F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop],
-                                                  attn_mask=mask))
+        out.append(F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop], attn_mask=mask))
     return torch.cat(out, dim=2)
-
-
-FLEX_BLOCK = 128  # flex attention's tile: the causal mask skips tiles above the diagonal, needs none below
-
-
-@functools.lru_cache(maxsize=16)  # every layer of a forward asks for the same one
-def causal_block_mask(length: int, device) -> "BlockMask":
-    """The causal mask as flex attention's BlockMask, written from its tiles (create_block_mask would evaluate
-    the mask at all T x T pairs): query tile r sees key tiles 0..r-1 whole, and tile r through the mask."""
-    tiles = -(-length // FLEX_BLOCK)
-    r = torch.arange(tiles, device=device, dtype=torch.int32)
-    full = torch.where(r[None, :] < r[:, None], r[None, :], 0)  # (tiles, tiles): row r lists 0..r-1, then pads
-    diagonal = torch.where(r[None, :] == 0, r[:, None], 0)       # row r lists r, then pads
-    return BlockMask.from_kv_blocks(torch.ones_like(r)[None, None], diagonal[None, None], r[None, None],
-                                    full[None, None], FLEX_BLOCK, lambda b, h, i, j: i >= j, (length, length))
-
-
-@functools.cache
-def compiled_flex_attention():
-    return torch.compile(flex_attention, dynamic=False)
-
-
-def flex_softmax_attention(q, k, v, score_mod) -> torch.Tensor:
-    """Causal softmax attention with a score_mod, in one compiled kernel. Returns (B, H, T, D).
-
-    Each encoding and shape compiles once. Past torch's default of 8 compiles per function, torch would run
-    flex attention uncompiled, which builds every logit (17 GB at 32K tokens and 4 heads): hence the limit."""
-    with torch._dynamo.config.patch(cache_size_limit=64):  # the limit's name in every torch with flex attention
-        return compiled_flex_attention()(q, k, v, score_mod=score_mod,
-                                         block_mask=causal_block_mask(q.shape[2], q.device))
-
-
-@functools.cache
-def flex_unavailable(device_type: str) -> str | None:
-    """Why compiled flex attention cannot run on this kind of device (None: it can). Tried once per process on
-    a tiny input, so that a missing C++ compiler or Triton, or a torch too old for some part of the call, shows
-    here and not in the middle of an evaluation."""
-    if flex_attention is None:
-        return f"torch {torch.__version__} has no flex attention"
-    x = torch.zeros(1, 1, FLEX_BLOCK + 1, 16, device=device_type)
-    try:
-        with torch.no_grad():
-            flex_softmax_attention(x, x, x, lambda score, b, h, i, j: score - (i - j))
-    except Exception as error:  # no compiler, no Triton, a CPU without AVX2: whatever it is, not here
-        first_line = str(error).partition("\n")[0][:90]
-        return f"flex attention does not compile here: {type(error).__name__}: {first_line}"
-    return None
-
-
-def attention_path(encoding: "PositionalEncoding", length: int, device, grad_enabled: bool,
-                   head_dim: int = 16) -> tuple[str, str]:
-    """How softmax attention runs a forward of `length` tokens, and why: "fused" (no bias: torch's SDPA),
-    "flex" (the encoding's score_mod, compiled) or "blocks" (the bias built a block of queries at a time).
-
-    Flex is for long evaluations. Training stays on blocks: compiled flex attention runs inference only on CPU,
-    and a training run meets many short lengths, each of which would compile (~10-20 s) to save milliseconds."""
-    if encoding.acts_on != "logits":
-        return "fused", "no bias"
-    if grad_enabled:
-        return "blocks", "gradients: compiled flex attention is inference-only on CPU, and a compile per shape"
-    if length < encoding.flex_from:
-        return "blocks", f"under {encoding.flex_from} tokens ({type(encoding).__name__}.flex_from), blocks are faster"
-    if torch.device(device).type == "cuda" and head_dim < 16:
-        return "blocks", f"head dim {head_dim}: flex attention's CUDA kernels need at least 16"
-    why_not = flex_unavailable(torch.device(device).type)
-    return ("blocks", why_not) if why_not else ("flex", "a bias, no gradients, a long input")
-
-
-def attention_with_weights(q, k, v, bias_fn=None, positions=None):
-    """The same softmax attention written out, also returning logits and weights (B, H, T, T) for analysis.
-
-    Quadratic in memory: meant for the short sequences that analysis looks at.
-    """
-    T = q.shape[2]
-    logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, T)
-    if bias_fn is not None:
-        logits = logits + bias_fn(positions, positions)
-    logits = logits.masked_fill(~_causal_mask(0, T, q.device), float("-inf"))
-    weights = logits.softmax(dim=-1)
-    return weights @ v, logits, weights
 
 
 def linear_attention(q, k, v, normalised: bool = False, query_block: int = 1024) -> torch.Tensor:
     """Causal linear attention: out_i = sum_{j<=i} s_ij v_j, with no softmax.
-
     Unnormalised, s_ij = q_i . k_j / sqrt(D): the control of arXiv 2607.18759, where a longer input simply adds
     more terms. Normalised (arXiv 2006.16236), s_ij = phi(q_i) . phi(k_j) with phi = elu + 1 >= 0, and the
-    output is divided by sum_j s_ij.
-    """
+    output is divided by sum_j s_ij."""
     if normalised:
         q, k = F.elu(q) + 1, F.elu(k) + 1
     scale = 1.0 if normalised else 1.0 / math.sqrt(q.shape[-1])
@@ -801,6 +715,15 @@ class GPTConfig:
                              "breaks that")
 
 
+@dataclass(frozen=True)
+class PositionInfo:
+    """What attention needs of a forward's positions, built once in GPT.forward and shared by every layer."""
+    ids: torch.Tensor | None = None               # (T,) or (B, T)
+    rope: tuple[torch.Tensor, ...] | None = None  # (cos, sin) for q and k, or xPos's (cos_q, sin_q, cos_k, sin_k)
+    bias: Callable | None = None                  # bias(q_pos, k_pos) -> (B|1, H, Tq, Tk): a logit bias
+    score_mod: Callable | None = None             # the bias as flex attention's score_mod: this forward takes flex
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -809,21 +732,21 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(config.dim, config.dim, bias=False)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x, rope=None, bias_fn=None, positions=None, return_attention=False, score_mod=None):
+    def forward(self, x, pos: PositionInfo = PositionInfo(), return_attention=False):
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
-        if rope is not None:  # (cos, sin) for both, or xPos's (cos_q, sin_q, cos_k, sin_k)
-            q, k = apply_rotary(q, *rope[:2]), apply_rotary(k, *rope[-2:])
+        if pos.rope is not None:
+            q, k = apply_rotary(q, *pos.rope[:2]), apply_rotary(k, *pos.rope[-2:])
         cfg, analysis = self.config, None
         if cfg.attention == "linear":
             y = linear_attention(q, k, v, cfg.linear_normalised, cfg.query_block)
         elif return_attention:
-            y, logits, weights = attention_with_weights(q, k, v, bias_fn, positions)
+            y, logits, weights = attention_with_weights(q, k, v, pos.bias, pos.ids)
             analysis = {"logits": logits, "weights": weights}
-        elif score_mod is not None:
-            y = flex_softmax_attention(q, k, v, score_mod)
+        elif pos.score_mod is not None:
+            y = flex_softmax_attention(q, k, v, pos.score_mod)
         else:
-            y = softmax_attention(q, k, v, bias_fn, positions, cfg.query_block)
+            y = softmax_attention(q, k, v, pos.bias, pos.ids, cfg.query_block)
         y = self.dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
         return y, analysis
 
@@ -840,8 +763,8 @@ class Block(nn.Module):
             self.mlp = nn.Sequential(nn.Linear(config.dim, 4 * config.dim), nn.GELU(),
                                      nn.Linear(4 * config.dim, config.dim), nn.Dropout(config.dropout))
 
-    def forward(self, x, rope=None, bias_fn=None, positions=None, return_attention=False, score_mod=None):
-        y, analysis = self.attn(self.ln1(x), rope, bias_fn, positions, return_attention, score_mod)
+    def forward(self, x, pos: PositionInfo = PositionInfo(), return_attention=False):
+        y, analysis = self.attn(self.ln1(x), pos, return_attention)
         x = x + y
         if self.mlp is not None:
             x = x + self.mlp(self.ln2(x))
@@ -853,8 +776,7 @@ class GPT(nn.Module):
 
     forward(idx (B, T), positions (T,) or (B, T) = 0..T-1) -> logits (B, T, vocab). Randomized training and
     contiguous inference are the same call with different positions. return_attention=True also returns, per
-    layer, {"logits", "weights"} (B, H, T, T) of softmax attention (None for linear attention).
-    """
+    layer, {"logits", "weights"} (B, H, T, T) of softmax attention (None for linear attention)."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -879,21 +801,19 @@ class GPT(nn.Module):
         if added is not None:
             x = x + added.to(x.dtype)
         x = self.drop(x)
-        rope = self.pos.rotary(positions)  # computed once, shared by every layer
-        bias_fn = self.pos.bias if self.pos.acts_on == "logits" else None
-        score_mod = None  # a bias on a long input, without gradients: one compiled kernel (attention_path)
-        if bias_fn and not return_attention and self.attention_path(T)[0] == "flex":
-            score_mod = self.pos.score_mod(positions.expand(B, T))
+        bias = self.pos.bias if self.pos.acts_on == "logits" else None
+        flex = bias is not None and not return_attention and self.attention_path(T)[0] == "flex"  # section 8
+        pos = PositionInfo(positions, self.pos.rotary(positions), bias,  # rotary: once, shared by every layer
+                           self.pos.score_mod(positions.expand(B, T)) if flex else None)
         layers = []
         for block in self.blocks:
-            x, analysis = block(x, rope, bias_fn, positions, return_attention, score_mod)
+            x, analysis = block(x, pos, return_attention)
             layers.append(analysis)
         logits = self.head(self.ln_f(x))
         return (logits, layers) if return_attention else logits
 
     def attention_path(self, length: int) -> tuple[str, str]:
-        """("fused" | "flex" | "blocks" | "linear", why) for a forward of `length` tokens here and now (see
-        attention_path)."""
+        """("fused" | "flex" | "blocks" | "linear", why) for a forward of `length` tokens here and now."""
         if self.config.attention == "linear":
             return "linear", "linear attention"
         return attention_path(self.pos, length, self.head.weight.device, torch.is_grad_enabled(),
@@ -915,8 +835,7 @@ def patch_hf_rope(model: nn.Module, inv_freq: torch.Tensor, attention_scale: flo
 
     Those modules hold `inv_freq` and `attention_scaling` and compute cos/sin from the position_ids passed to
     the model's forward, so setting the two is all it takes. rope_type becomes "default" so that no dynamic
-    update overwrites the patch.
-    """
+    update overwrites the patch."""
     patched = 0
     for module in model.modules():
         if not isinstance(getattr(module, "inv_freq", None), torch.Tensor):
@@ -934,3 +853,80 @@ def patch_hf_rope(model: nn.Module, inv_freq: torch.Tensor, attention_scale: flo
     if not patched:
         raise ValueError(f"{type(model).__name__} has no rotary module with an inv_freq buffer to patch")
     return patched
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 8. Flex attention: a logit bias in one compiled kernel
+#
+# A speed path, last because nothing above needs it to be understood (the GPT looks these up only when it calls
+# them): from an encoding's score_mod (section 4) it computes softmax_attention's result (section 5) without
+# building a logit, for the forwards attention_path picks: a bias, no gradients, a long input.
+# ---------------------------------------------------------------------------------------------------------
+
+
+FLEX_BLOCK = 128  # flex attention's tile: the causal mask skips tiles above the diagonal, needs none below
+# Tokens from which a forward with a bias and no gradients takes flex (docs/speed.md), per class; unlisted: 4096.
+# ALiBi's and KERPLE's biases are cheap to build: blocks stay faster to 8192. One model's own: model.pos.flex_from.
+FLEX_FROM = {ALiBi: 16384, KerpleLog: 16384, T5Bias: 4096, FIRE: 4096}
+
+
+@functools.lru_cache(maxsize=16)  # every layer of a forward asks for the same one
+def causal_block_mask(length: int, device) -> "BlockMask":
+    """The causal mask as flex attention's BlockMask, written from its tiles (create_block_mask would evaluate
+    the mask at all T x T pairs): query tile r sees key tiles 0..r-1 whole, and tile r through the mask."""
+    tiles = -(-length // FLEX_BLOCK)
+    r = torch.arange(tiles, device=device, dtype=torch.int32)
+    full = torch.where(r[None, :] < r[:, None], r[None, :], 0)  # (tiles, tiles): row r lists 0..r-1, then pads
+    diagonal = torch.where(r[None, :] == 0, r[:, None], 0)       # row r lists r, then pads
+    return BlockMask.from_kv_blocks(torch.ones_like(r)[None, None], diagonal[None, None], r[None, None],
+                                    full[None, None], FLEX_BLOCK, lambda b, h, i, j: i >= j, (length, length))
+
+
+@functools.cache
+def compiled_flex_attention():
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def flex_softmax_attention(q, k, v, score_mod) -> torch.Tensor:
+    """Causal softmax attention with a score_mod, in one compiled kernel. Returns (B, H, T, D).
+    Each encoding and shape compiles once. Past torch's default of 8 compiles per function, torch would run
+    flex attention uncompiled, which builds every logit (17 GB at 32K tokens and 4 heads): hence the limit."""
+    with torch._dynamo.config.patch(cache_size_limit=64):  # the limit's name in every torch with flex attention
+        return compiled_flex_attention()(q, k, v, score_mod=score_mod,
+                                         block_mask=causal_block_mask(q.shape[2], q.device))
+
+
+@functools.cache
+def flex_unavailable(device_type: str) -> str | None:
+    """Why compiled flex attention cannot run on this kind of device (None: it can). Tried once per process on
+    a tiny input, so that a missing C++ compiler or Triton, or a torch too old for some part of the call, shows
+    here and not in the middle of an evaluation."""
+    if flex_attention is None:
+        return f"torch {torch.__version__} has no flex attention"
+    x = torch.zeros(1, 1, FLEX_BLOCK + 1, 16, device=device_type)
+    try:
+        with torch.no_grad():
+            flex_softmax_attention(x, x, x, lambda score, b, h, i, j: score - (i - j))
+    except Exception as error:  # no compiler, no Triton, a CPU without AVX2: whatever it is, not here
+        first_line = str(error).partition("\n")[0][:90]
+        return f"flex attention does not compile here: {type(error).__name__}: {first_line}"
+    return None
+
+
+def attention_path(encoding: "PositionalEncoding", length: int, device, grad_enabled: bool,
+                   head_dim: int = 16) -> tuple[str, str]:
+    """How softmax attention runs a forward of `length` tokens, and why: "fused" (no bias: torch's SDPA),
+    "flex" (the encoding's score_mod, compiled) or "blocks" (the bias built a block of queries at a time).
+    Flex is for long evaluations. Training stays on blocks: compiled flex attention runs inference only on CPU,
+    and a training run meets many short lengths, each of which would compile (~10-20 s) to save milliseconds."""
+    if encoding.acts_on != "logits":
+        return "fused", "no bias"
+    if grad_enabled:
+        return "blocks", "gradients: compiled flex attention is inference-only on CPU, and a compile per shape"
+    flex_from = getattr(encoding, "flex_from", FLEX_FROM.get(type(encoding), 4096))
+    if length < flex_from:
+        return "blocks", f"under {flex_from} tokens ({type(encoding).__name__}, FLEX_FROM), blocks are faster"
+    if torch.device(device).type == "cuda" and head_dim < 16:
+        return "blocks", f"head dim {head_dim}: flex attention's CUDA kernels need at least 16"
+    why_not = flex_unavailable(torch.device(device).type)
+    return ("blocks", why_not) if why_not else ("flex", "a bias, no gradients, a long input")

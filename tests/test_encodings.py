@@ -18,12 +18,12 @@ from test_positions import t5_bucket
 def test_t5_buckets_worked_numbers_and_rule():
     """Bug caught: the log-spaced part off by one bucket, the cap at the last bucket missing (distances past
     max_distance indexing beyond the table), or exact buckets extended past buckets/2."""
-    t5 = L.T5Bias(heads=2)
     worked = {0: 0, 15: 15, 16: 16, 20: 17, 32: 21, 64: 26, 127: 31, 128: 31, 1000: 31}  # the docstring's
-    assert {d: int(t5.bucket(torch.tensor(d))) for d in worked} == worked
+    assert {d: int(L.t5_bucket(torch.tensor(d))) for d in worked} == worked
     d = torch.arange(5000)
-    assert t5.bucket(d).tolist() == [t5_bucket(int(x)) for x in d]
-    assert torch.all(t5.bucket(d)[1:] >= t5.bucket(d)[:-1])  # farther never means a nearer bucket
+    assert L.t5_bucket(d).tolist() == [t5_bucket(int(x)) for x in d]
+    assert torch.all(L.t5_bucket(d)[1:] >= L.t5_bucket(d)[:-1])  # farther never means a nearer bucket
+    assert L.t5_bucket(torch.tensor([-1, -300])).tolist() == [0, 0]  # a key ahead (masked) reads as distance 0
 
 
 def test_fire_slabs_equal_one_pass():

@@ -84,13 +84,24 @@ def test_the_causal_block_mask_is_the_causal_mask():
 def test_attention_path_says_which_path_and_why(monkeypatch):
     """Bug caught: flex chosen with gradients on (CPU flex kernels have no backward), for a short input, for a
     CUDA head dim under 16, or where it cannot compile; a bias-free encoding sent anywhere but torch's fused
-    kernel; linear attention reported as softmax."""
+    kernel; linear attention reported as softmax; a threshold read from anywhere but the one table, FLEX_FROM
+    (or the one model's own `pos.flex_from` that the benchmarks and tests set)."""
     monkeypatch.setattr(L, "flex_unavailable", lambda device_type: None)
     alibi, rope = L.ALiBi(4), L.Rotary(8)
     assert L.attention_path(rope, 10 ** 5, "cpu", grad_enabled=False)[0] == "fused"
-    assert L.attention_path(alibi, alibi.flex_from, "cpu", grad_enabled=False)[0] == "flex"
-    assert L.attention_path(alibi, alibi.flex_from - 1, "cpu", grad_enabled=False)[0] == "blocks"
-    assert L.T5Bias(4).flex_from == L.FIRE(4).flex_from == 4096 and L.KerpleLog(4).flex_from == 16384
+    assert L.FLEX_FROM == {L.ALiBi: 16384, L.KerpleLog: 16384, L.T5Bias: 4096, L.FIRE: 4096}
+    assert not any(hasattr(cls, "flex_from") for cls in L.ENCODINGS.values())  # the table is the one place
+    for encoding in (alibi, L.T5Bias(4), L.KerpleLog(4), L.FIRE(4)):
+        threshold = L.FLEX_FROM[type(encoding)]
+        assert L.attention_path(encoding, threshold, "cpu", grad_enabled=False)[0] == "flex"
+        taken, why = L.attention_path(encoding, threshold - 1, "cpu", grad_enabled=False)
+        assert taken == "blocks" and f"under {threshold} tokens" in why and "FLEX_FROM" in why
+    monkeypatch.setitem(L.FLEX_FROM, L.ALiBi, 64)
+    assert L.attention_path(alibi, 64, "cpu", grad_enabled=False)[0] == "flex"
+    pinned = L.ALiBi(4)
+    pinned.flex_from = 65  # this encoding alone
+    assert L.attention_path(pinned, 64, "cpu", grad_enabled=False)[0] == "blocks"
+    assert L.attention_path(alibi, 64, "cpu", grad_enabled=False)[0] == "flex"
     assert L.attention_path(alibi, 10 ** 5, "cpu", grad_enabled=True)[0] == "blocks"
     assert L.attention_path(alibi, 10 ** 5, "cuda", grad_enabled=False, head_dim=8)[0] == "blocks"
     assert L.attention_path(alibi, 10 ** 5, "cuda", grad_enabled=False, head_dim=16)[0] == "flex"
@@ -110,8 +121,8 @@ def test_the_gpt_takes_flex_only_without_gradients_and_without_analysis(monkeypa
 
     monkeypatch.setattr(L, "flex_unavailable", lambda device_type: None)
     monkeypatch.setattr(L, "flex_softmax_attention", flex_called)
+    monkeypatch.setitem(L.FLEX_FROM, L.ALiBi, 64)
     model, idx = trained_looking("alibi"), torch.randint(0, 16, (1, 100))
-    model.pos.flex_from = 64
     model(idx).sum().backward()  # eval mode, gradients on
     with torch.no_grad():
         model(idx, return_attention=True)
@@ -135,8 +146,8 @@ def test_a_failed_compile_becomes_a_reason_and_the_forward_falls_back(monkeypatc
         reason = L.flex_unavailable("cpu")
         assert reason.startswith("flex attention does not compile here: RuntimeError: C++ compile error")
         assert "\n" not in reason
+        monkeypatch.setitem(L.FLEX_FROM, L.ALiBi, 64)
         model, idx = trained_looking("alibi"), torch.randint(0, 16, (1, 100))
-        model.pos.flex_from = 64
         with torch.no_grad():
             assert model.attention_path(100) == ("blocks", reason)
             model(idx)

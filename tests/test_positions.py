@@ -178,7 +178,7 @@ def test_alibi_bias_is_minus_slope_times_distance():
         for h in range(H):
             for i in range(T):
                 for j in range(T):
-                    distance = int(POSITIONS[b, i] - POSITIONS[b, j])
+                    distance = max(0, int(POSITIONS[b, i] - POSITIONS[b, j]))  # keys ahead: 0, not a reward
                     assert float(bias[b, h, i, j]) == pytest.approx(-slopes[h] * distance)
     # The sign, stated directly: among the keys a query sees (j <= i), the farther key gets the lower logit.
     causal = bias[..., torch.ones(T, T, dtype=torch.bool).tril()]
