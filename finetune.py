@@ -28,8 +28,9 @@ import dist
 import hf
 import lengen
 import text_tasks
-from runs import (UsageError, beside, check_out, check_runtime, hold, open_log, physical_memory, prepare_run_dir,
-                  refuse_unused, set_learning_rate, swap_in, use_threads, write_config)
+from runs import (UsageError, beside, check_out, check_runtime, hold, learning_rate, open_log, physical_memory,
+                  prepare_run_dir, refuse_unused, set_learning_rate, swap_in, write_config)
+
 
 # Paper R's methods: (YaRN scaling, randomized positions). Evaluation always uses contiguous positions.
 METHODS = {"ft": (False, False), "yarn": (True, False), "rpe": (False, True), "ryarn": (True, True)}
@@ -111,6 +112,13 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     cfg["task_options"] = options
     if args.train_len[0] != args.train_len[1]:
         raise UsageError("--llm takes one --train-len N (tokens per training sample)")
+    check_step_size(args)
+    cfg["out"] = args.out or os.path.join("runs", f"llm-{cfg['method']}-s{args.seed}")
+    return cfg
+
+
+def check_step_size(args: argparse.Namespace) -> None:
+    """The batch, its accumulation and its spread over processes (DDP, FSDP2, LoRA), before anything is loaded."""
     for flag in ("steps", "batch", "grad_accum"):
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
@@ -129,12 +137,11 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
         raise UsageError("--fsdp shards the model over several processes: start them with torchrun "
                          "--nproc_per_node N train.py ...")
     if args.fsdp and not hasattr(importlib.import_module("torch.distributed.fsdp"), "fully_shard"):
-        raise UsageError(f"--fsdp needs FSDP2 (torch.distributed.fsdp.fully_shard): torch >= 2.6, not {torch.__version__}")
+        raise UsageError("--fsdp needs FSDP2 (torch.distributed.fsdp.fully_shard): torch >= 2.6, not "
+                         f"{torch.__version__}")
     if args.fsdp and args.lora:
         raise UsageError("--fsdp is for full fine-tuning; LoRA trains a few weights beside a frozen model: "
                          "leave --fsdp out (DDP)")
-    cfg["out"] = args.out or os.path.join("runs", f"llm-{cfg['method']}-s{args.seed}")
-    return cfg
 
 
 def load_checked(cfg: dict, device: str):
@@ -171,14 +178,14 @@ def trainable(model, cfg: dict, device: str):
     return model, [p for p in model.parameters() if p.requires_grad]
 
 
-def step_batch(tokenizer, cfg: dict, step: int, top: int, where: torch.Generator, rank: int | None = None,
-               world: int | None = None) -> list:
+def step_batch(tokenizer, cfg: dict, step: int, max_position: int, position_rng: torch.Generator,
+               rank: int | None = None, world: int | None = None) -> list:
     """Process `rank`'s share of step `step`'s global batch (default: this process's, under a launcher or not):
-    (ids (1, T), prompt tokens, positions (1, T)) each; a function of its arguments and `where`'s state alone.
+    (ids (1, T), prompt tokens, positions (1, T)) each; a function of its arguments and position_rng's state alone.
 
     The global batch is B x K x W samples, each its own forward (samples differ in length; nothing is padded).
     Process r's k-th backward takes samples j = (k W + r) B .. + B - 1. Randomized positions (n sorted distinct
-    ids from [0, top)) are drawn from one stream in the order of j, whoever trains the sample, so that samples
+    ids from [0, max_position)) are drawn from one stream in the order of j, whoever trains the sample, so that samples
     and positions do not depend on how the batch is split (hf.step_samples says what that costs)."""
     B, randomized = cfg["batch"], METHODS[cfg["method"]][1]
     W, rank = dist.world() if world is None else world, dist.rank() if rank is None else rank
@@ -190,7 +197,8 @@ def step_batch(tokenizer, cfg: dict, step: int, top: int, where: torch.Generator
     for j, sample in enumerate(samples):
         if sample is not None:
             T = sample[0].shape[1]
-            positions = lengen.randomized_positions(1, T, max(T, top), where) if randomized else torch.arange(T)[None]
+            positions = (lengen.randomized_positions(1, T, max(T, max_position), position_rng) if randomized
+                         else torch.arange(T)[None])
             samples[j] = (*sample, positions)
     return [sample for sample, our in zip(samples, ours) if our]
 
@@ -200,7 +208,8 @@ def train(cfg: dict, on_step=None):
     is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in cfg['out'].
     Under a launcher (torchrun) every process runs this; rank 0 alone writes (dist.py says how it spreads).
     on_step(step, ids, positions) sees every sample this process trains."""
-    use_threads(cfg)
+    if cfg["threads"]:
+        torch.set_num_threads(cfg["threads"])
     device = dist.start(cfg["device"])
     lead = dist.rank() == 0
     try:
@@ -208,59 +217,69 @@ def train(cfg: dict, on_step=None):
     except UsageError as e:  # the same in every process
         e.everywhere = True
         raise
-    out = prepare_run_dir(cfg) if lead else None  # only now, when everything has been checked, is anything written
+    # only now, when everything has been checked, is anything written
+    out = prepare_run_dir(cfg["out"], cfg["force"]) if lead else None
     yarn, randomized = METHODS[cfg["method"]]
-    W = dist.world()
-    cfg.update(scaling="yarn" if yarn else "none", original_len=original, processes=W,
-               global_batch=cfg["batch"] * cfg["grad_accum"] * W)
+    cfg.update(scaling="yarn" if yarn else "none", original_len=original, processes=dist.world(),
+               global_batch=cfg["batch"] * cfg["grad_accum"] * dist.world())
     hf.apply_llm_rope(model, cfg["scaling"], cfg["factor"])
-    # Randomized positions come from [0, M) for an n-token sample. M is a multiple of the sample length: it
-    # widens from 1x to range x (Paper R's stages by default), or is range x from the first step with
-    # --no-curriculum. Every process computes the same M from the step.
+    # Randomized positions come from [0, max_position) for an n-token sample. max_position is a multiple of the
+    # sample length: it widens from 1x to range x (Paper R's stages by default), or is range x from the first
+    # step with --no-curriculum. Every process computes the same max_position from the step.
     n = cfg["train_len"][1]
-    top = int(round(cfg["range"] * n))
-    curriculum = None if cfg["no_curriculum"] else lengen.LengthCurriculum(n, top, cfg["steps"], cfg["range_shape"])
+    end = int(round(cfg["range"] * n))
+    curriculum = None if cfg["no_curriculum"] else lengen.LengthCurriculum(n, end, cfg["steps"], cfg["range_shape"])
     model, params = trainable(model, cfg, device)
     optimizer = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["wd"])
-    where = torch.Generator().manual_seed(cfg["seed"] + 2)
+    position_rng = torch.Generator().manual_seed(cfg["seed"] + 2)
     if lead:
         write_config(out, cfg)
     log = open_log(out, fresh=True) if lead else None
     bar = tqdm(range(cfg["steps"]), disable=cfg["quiet"] or not lead, desc=os.path.basename(cfg["out"]))
     model.train()
     tick, tokens = time.perf_counter(), 0
-    autocast = dict(device_type=torch.device(device).type, dtype=torch.bfloat16,
-                    enabled=torch.device(device).type == "cuda" or cfg["bf16"])
     for step in bar:
-        set_learning_rate(optimizer, step, cfg)
-        optimizer.zero_grad(set_to_none=True)
-        M = curriculum(step) if curriculum else top
-        mine, losses, highest = step_batch(tokenizer, cfg, step, M, where), [], 0
-        for i, (ids, n_prompt, positions) in enumerate(mine):
-            if on_step:
-                on_step(step, ids, positions)
-            ids, positions = ids.to(device), positions.to(device)
-            with dist.gradient_sync(model, sync=i == len(mine) - 1):
-                with torch.autocast(**autocast):
-                    logits = hf.answer_logits(model, ids, positions, n_prompt)
-                loss = F.cross_entropy(logits[0], ids[0, n_prompt:])
-                # the mean over the global batch: the processes average their gradients, so each divides by
-                # the samples it trains
-                (loss / len(mine)).backward()
-            losses.append(loss.item())
-            highest = max(highest, int(positions.max()))
-            tokens += ids.shape[1]
-        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)  # of the global batch's gradient, before clipping
-        optimizer.step()
+        set_learning_rate(optimizer, learning_rate(step, cfg["lr"], cfg["warmup"], cfg["steps"]))
+        max_position = curriculum(step) if curriculum else end
+        mine = step_batch(tokenizer, cfg, step, max_position, position_rng)
+        losses, highest, norm = take_step(model, params, optimizer, mine, device, cfg["bf16"], step, on_step)
+        tokens += sum(ids.shape[1] for ids, _, _ in mine)
         loss_sum, all_tokens = dist.total([sum(losses), tokens])
         rate = all_tokens / (time.perf_counter() - tick)
-        row = {"step": step + 1, "loss": round(loss_sum / cfg["global_batch"], 5), "range": M if randomized else None,
-               "max_position": int(dist.total([highest], "max")[0]), "grad_norm": round(dist.local(norm).item(), 6),
-               "tokens_per_s": round(rate)}
+        row = {"step": step + 1, "loss": round(loss_sum / cfg["global_batch"], 5),
+               "range": max_position if randomized else None, "max_position": int(dist.total([highest], "max")[0]),
+               "grad_norm": round(dist.local(norm).item(), 6), "tokens_per_s": round(rate)}
         if lead:
             log.write(json.dumps(row) + "\n")
         bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}")
     return save(model, tokenizer, cfg, out, log), tokenizer, cfg
+
+
+def take_step(model, params, optimizer, mine: list, device, bf16: bool, step: int, on_step=None) -> tuple:
+    """One optimizer step on this process's share of the global batch (step_batch), each sample its own forward
+    and backward; returns the samples' losses, the highest position id fed, and the gradient norm before
+    clipping (of the global batch's gradient: the processes average theirs at the last backward). bfloat16
+    autocast on CUDA, and on the CPU with bf16."""
+    autocast = dict(device_type=torch.device(device).type, dtype=torch.bfloat16,
+                    enabled=torch.device(device).type == "cuda" or bf16)
+    optimizer.zero_grad(set_to_none=True)
+    losses, highest = [], 0
+    for i, (ids, n_prompt, positions) in enumerate(mine):
+        if on_step:
+            on_step(step, ids, positions)
+        ids, positions = ids.to(device), positions.to(device)
+        with dist.gradient_sync(model, sync=i == len(mine) - 1):
+            with torch.autocast(**autocast):
+                logits = hf.answer_logits(model, ids, positions, n_prompt)
+            loss = F.cross_entropy(logits[0], ids[0, n_prompt:])
+            # the mean over the global batch: the processes average their gradients, so each divides by the
+            # samples it trains
+            (loss / len(mine)).backward()
+        losses.append(loss.item())
+        highest = max(highest, int(positions.max()))
+    norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    return losses, highest, norm
 
 
 def save(model, tokenizer, cfg: dict, out: str | None, log):
@@ -286,7 +305,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, on_step=None)
             cfg = resolve(args, parser)
         except (ValueError, RuntimeError) as e:
             raise UsageError(str(e)) from None
-        check_out(cfg)
+        check_out(cfg["out"], cfg["force"])
     except UsageError as e:  # found alike by every process: rank 0 says it
         e.everywhere = True
         raise

@@ -15,7 +15,9 @@ Bad input anywhere in lengen is a UsageError: one line on stderr and exit status
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
+import dataclasses
 import fcntl
 import json
 import math
@@ -57,27 +59,86 @@ def sync_folder(folder: str) -> None:
     os.close(fd)
 
 
-# What every small-GPT run's config.json and checkpoint.pt hold; eval.py and --resume refuse files without them.
-RUN_KEYS = ("task", "task_options", "train_len", "vocab_size", "layers", "heads", "dim", "no_mlp", "attention",
-            "linear_normalised", "encoding", "rope_base", "scaling", "factor", "original_len", "max_len",
-            "positions", "max_position", "curriculum", "steps", "batch", "lr", "wd", "warmup", "seed", "init",
-            "save_every", "eval_samples", "device", "threads")
+@dataclasses.dataclass
+class RunConfig:
+    """A small-GPT run's settings: train.py's command line, checked, with every default resolved (train.resolve),
+    saved as the run's config.json. One name each: the field, the flag (--max-position) and the key.
+    The model's fields are lengen.GPTConfig's of the same name (eval.model_config takes them from here)."""
+    # the task (tasks.py)
+    task: str                           # a name in tasks.TASKS
+    task_options: dict                  # its own settings (--offset, --delays, ...), defaults filled in
+    train_len: tuple[int, int]          # each batch's length is drawn from [LOW, HIGH]
+    vocab_size: int                     # the task's, with its special tokens
+    # the model (lengen.GPTConfig)
+    layers: int
+    heads: int
+    dim: int
+    no_mlp: bool                        # attention-only blocks
+    attention: str                      # "softmax" or "linear"
+    linear_normalised: bool
+    encoding: str                       # a name in lengen.ENCODINGS
+    rope_base: float
+    scaling: str                        # a rotary scaling in lengen.SCALINGS ("none", "pi", "ntk", "yarn", ...)
+    factor: float                       # the scaling's s (1: none)
+    original_len: int                   # the length L a scaling stretches (default: train_len's HIGH)
+    max_len: int                        # rows of a learned position table
+    # positions during training (evaluation is contiguous unless told)
+    positions: str                      # a sampler in lengen.POSITION_SAMPLERS
+    max_position: int                   # samplers draw ids from [0, max_position)
+    curriculum: tuple | None            # (start, end, shape): the range widens over training (lengen.LengthCurriculum)
+    # optimisation
+    steps: int
+    batch: int
+    lr: float                           # peak: linear warm-up, cosine decay to a tenth (learning_rate)
+    wd: float                           # AdamW weight decay on 2-D weights that are not an encoding's
+    warmup: int
+    seed: int                           # the model's init; seed + 1 the data, seed + 2 the position ids
+    init: str | None                    # a run whose weights the model starts from
+    # the run
+    out: str                            # its folder
+    save_every: int                     # steps between checkpoints
+    eval_samples: int                   # sequences per length in the final table (0: none)
+    device: str
+    threads: int | None                 # torch CPU threads (CPU results depend on it: saved)
+    compile: bool = False               # torch.compile the training forward
+    fit_bar: float | None = None        # stop once held-out accuracy at train_len's HIGH reaches it (fit.json)
+    fit_every: int = 100                # steps between fit checks
+    # how this command runs it, never saved: a resumed run takes them afresh
+    quiet: bool = False
+    resume: bool = False
+    force: bool = False
+
+    def saved(self) -> dict:
+        """What config.json holds."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in RUNTIME_KEYS}
+
+
+# How a run is being executed, not what it is: never saved in config.json.
+RUNTIME_KEYS = ("resume", "force", "quiet")
+# What every small-GPT run's config.json must hold (older runs lack the fields that have defaults), and its
+# checkpoint.pt; eval.py and --resume refuse files without them.
+RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig)
+                 if f.default is dataclasses.MISSING and f.name != "out")
+
+
 CHECKPOINT_KEYS = ("model", "optimizer", "step", "data_rng", "position_rng", "torch_rng")
 
 
-def read_config(run_dir: str) -> dict:
+def read_config(run_dir: str) -> RunConfig:
+    """The settings of the run in run_dir, from its config.json (a key it does not know is left aside)."""
     path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(path):
         raise UsageError(f"{run_dir}: not a run directory (no config.json)")
     try:
         with open(path, encoding="utf-8") as f:
-            cfg = json.load(f)
+            saved = json.load(f)
     except ValueError:  # not JSON, or not even UTF-8 text
         raise UsageError(f"{path} is corrupt (not JSON)") from None
-    missing = [k for k in RUN_KEYS if k not in cfg] if isinstance(cfg, dict) else RUN_KEYS
+    missing = [k for k in RUN_KEYS if k not in saved] if isinstance(saved, dict) else RUN_KEYS
     if missing:
         raise UsageError(f"{path} is not a small-GPT run's config (no '{missing[0]}')")
-    return cfg
+    known = {f.name for f in dataclasses.fields(RunConfig)} - set(RUNTIME_KEYS)
+    return RunConfig(**{**{k: v for k, v in saved.items() if k in known}, "out": run_dir})
 
 
 def load_checkpoint(run_dir: str) -> dict:
@@ -94,9 +155,6 @@ def load_checkpoint(run_dir: str) -> dict:
     return ckpt
 
 
-# How a run is being executed, not what it is: never saved in config.json, so a resumed run takes them afresh.
-# (threads is saved: CPU results depend on the thread count, so a resume uses the same one unless told.)
-RUNTIME_KEYS = ("resume", "force", "quiet")
 # what --force replaces
 RUN_FILES = ("config.json", "checkpoint.pt", "log.jsonl", "final.json", "fit.json", "model", "made-by.json")
 
@@ -111,8 +169,8 @@ def beside(out: str, suffix: str) -> str:
 def hold(out: str, holder: str = "train.py"):
     """Hold the run folder `out` while the block runs: a second train.py on it is turned away in one line
     instead of racing this one for its files (`holder` names the command in that line). The lock is an flock
-    on runs/.NAME.lock, which the kernel drops however the process ends. What a process killed outright leaves (a half-built new run, *.tmp files) is
-    cleared on the way in; this process's own on the way out."""
+    on runs/.NAME.lock, which the kernel drops however the process ends. What a process killed outright leaves
+    (a half-built new run, *.tmp files) is cleared on the way in; this process's own on the way out."""
     lock = beside(out, "lock")
     try:
         os.makedirs(os.path.dirname(lock), exist_ok=True)
@@ -150,16 +208,15 @@ def physical_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_out(cfg: dict) -> None:
-    if os.path.exists(os.path.join(cfg["out"], "config.json")) and not cfg["force"]:
-        raise UsageError(f"{cfg['out']} already holds a run: --resume to continue it, --force to overwrite it")
+def check_out(out: str, force: bool) -> None:
+    if os.path.exists(os.path.join(out, "config.json")) and not force:
+        raise UsageError(f"{out} already holds a run: --resume to continue it, --force to overwrite it")
 
 
-def prepare_run_dir(cfg: dict) -> str:
-    """Check that cfg['out'] may take a new run, and make the empty folder beside it where the run is built;
+def prepare_run_dir(out: str, force: bool) -> str:
+    """Check that `out` may take a new run, and make the empty folder beside it where the run is built;
     swap_in puts it in place once it is whole."""
-    out = cfg["out"]
-    check_out(cfg)
+    check_out(out, force)
     if os.path.exists(out) and not (os.path.isdir(out) and os.access(out, os.W_OK)):
         raise UsageError(f"cannot write to {out}: not a writable folder")
     try:
@@ -209,8 +266,56 @@ def signals_deferred():
             signal.signal(s, handler)
 
 
-def write_config(out: str, cfg: dict) -> None:
-    text = json.dumps({k: v for k, v in cfg.items() if k not in RUNTIME_KEYS}, indent=1)
+class RunFolder:
+    """A training run's folder, from its config to its last checkpoint, as a context manager:
+
+        with RunFolder(cfg.out, cfg.saved(), resume=cfg.resume, force=cfg.force) as run:
+            ...; run.log({"step": step, "loss": loss}); run.save_checkpoint(state)
+            if run.stop: ...  # Ctrl-C or SIGTERM came: the step in flight has finished
+
+    A new run is built in a hidden folder beside `out` (prepare_run_dir), with its config.json and an empty
+    log.jsonl, and takes out's place with its first checkpoint (swap_in): a run that fails before then
+    replaces nothing. A resumed run appends to its own folder. While the block runs, Ctrl-C and SIGTERM only
+    add their number to `stop` (signals_deferred), so a checkpoint is always a step boundary."""
+
+    def __init__(self, out: str, config: dict, resume: bool = False, force: bool = False):
+        self.out, self.config, self.resume, self.force = out, config, resume, force
+
+    def __enter__(self) -> "RunFolder":
+        self.folder = self.out if self.resume else prepare_run_dir(self.out, self.force)
+        if not self.resume:
+            write_config(self.folder, self.config)
+        self._stack = contextlib.ExitStack()
+        self.stop = self._stack.enter_context(signals_deferred())
+        self._log = self._stack.enter_context(open_log(self.folder, fresh=not self.resume))
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return self._stack.__exit__(*exc)
+
+    @property
+    def started(self) -> bool:
+        """Whether the run stands in `out` (a new one: once its first checkpoint is written)."""
+        return self.folder == self.out
+
+    def log(self, row: dict) -> None:
+        self._log.write(json.dumps(row) + "\n")
+
+    def save(self, name: str, data: bytes) -> None:
+        """A file of the run (fit.json, final.json), written whole or not at all."""
+        save_atomic(os.path.join(self.folder, name), lambda f: f.write(data))
+
+    def save_checkpoint(self, state: dict) -> None:
+        """checkpoint.pt; the first one of a new run puts the run in out's place."""
+        save_atomic(os.path.join(self.folder, "checkpoint.pt"), lambda f: torch.save(state, f))
+        if not self.started:
+            swap_in(self.folder, self.out)
+            self.folder = self.out
+
+
+def write_config(out: str, config: dict) -> None:
+    """config.json: a small-GPT run's RunConfig.saved(), or an LLM fine-tune's settings."""
+    text = json.dumps({k: v for k, v in config.items() if k not in RUNTIME_KEYS}, indent=1)
     save_atomic(os.path.join(out, "config.json"), lambda f: f.write(text.encode()))
 
 
@@ -231,7 +336,7 @@ def closed_stdout(program: str) -> None:
 RESUME_FLAGS = ("resume", "out", "quiet", "threads", "device")
 
 
-def resume_config(args, given: dict) -> dict:
+def resume_config(args, given: dict) -> RunConfig:
     """The saved settings of the run in --out (args: train.py's parsed command line; given: the options typed,
     train.given_flags). A flag given with --resume must agree with them: continued with other settings, the
     run would give other numbers under its name."""
@@ -243,7 +348,7 @@ def resume_config(args, given: dict) -> dict:
         raise UsageError(f"{args.out} is an LLM run, and an LLM run cannot be resumed (it keeps no optimizer "
                          "state): start it again with --force")
     cfg = read_config(args.out)
-    saved = {**cfg, **cfg["task_options"]}
+    saved = {**cfg.saved(), **cfg.task_options}
 
     def show(value):  # tuples given, lists saved: compared and shown as JSON (strings as they are)
         return value if isinstance(value, str) else json.dumps(value)
@@ -252,15 +357,13 @@ def resume_config(args, given: dict) -> dict:
     if differ:
         raise UsageError(f"{args.out} was trained with other settings: {', '.join(differ)}; resume without them, "
                          "or start again with --force")
-    cfg.update(resume=True, force=False, out=args.out, quiet=args.quiet)
-    cfg["threads"] = args.threads or cfg["threads"]
-    cfg["device"] = given.get("device", cfg["device"])
     check_saved_types(args.out, cfg)
-    cfg["train_len"], cfg["curriculum"] = tuple(cfg["train_len"]), cfg["curriculum"] and tuple(cfg["curriculum"])
-    return cfg
+    return dataclasses.replace(cfg, resume=True, force=False, out=args.out, quiet=args.quiet,
+                               threads=args.threads or cfg.threads, device=given.get("device", cfg.device),
+                               train_len=tuple(cfg.train_len), curriculum=cfg.curriculum and tuple(cfg.curriculum))
 
 
-def check_saved_types(out: str, cfg: dict) -> None:
+def check_saved_types(out: str, cfg: RunConfig) -> None:
     """A config.json edited by hand holds what the command line would have given: integers where it takes
     integers, numbers where it takes numbers (train.check_resumed then builds the model it describes)."""
     def whole(v):
@@ -268,20 +371,66 @@ def check_saved_types(out: str, cfg: dict) -> None:
     integers = ("vocab_size", "layers", "heads", "dim", "original_len", "max_len", "max_position", "steps", "batch",
                 "warmup", "seed", "save_every", "eval_samples")
     for key in integers:
-        if not whole(cfg[key]):
-            raise UsageError(f"{out}/config.json: {key} is {json.dumps(cfg[key])}, not an integer")
+        if not whole(getattr(cfg, key)):
+            raise UsageError(f"{out}/config.json: {key} is {json.dumps(getattr(cfg, key))}, not an integer")
     for key in ("rope_base", "factor", "lr", "wd"):
-        if not (whole(cfg[key]) or isinstance(cfg[key], float)) or not math.isfinite(cfg[key]):
-            raise UsageError(f"{out}/config.json: {key} is {json.dumps(cfg[key])}, not a finite number")
-    if not (isinstance(cfg["train_len"], list) and len(cfg["train_len"]) == 2 and all(map(whole, cfg["train_len"]))
-            and 0 < cfg["train_len"][0] <= cfg["train_len"][1]):
-        raise UsageError(f"{out}/config.json: train_len is {json.dumps(cfg['train_len'])}, not [LOW, HIGH] with "
+        value = getattr(cfg, key)
+        if not (whole(value) or isinstance(value, float)) or not math.isfinite(value):
+            raise UsageError(f"{out}/config.json: {key} is {json.dumps(value)}, not a finite number")
+    if not (isinstance(cfg.train_len, list) and len(cfg.train_len) == 2 and all(map(whole, cfg.train_len))
+            and 0 < cfg.train_len[0] <= cfg.train_len[1]):
+        raise UsageError(f"{out}/config.json: train_len is {json.dumps(cfg.train_len)}, not [LOW, HIGH] with "
                          "0 < LOW <= HIGH")
 
 
 # ---------------------------------------------------------------------------------------------------------
-# What both trainers share: checked settings, threads, the learning-rate schedule
+# What both trainers and eval.py share: the command line's types, checked settings, the learning rate
 # ---------------------------------------------------------------------------------------------------------
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
+def finite(text: str) -> float:
+    """A float option. NaN and infinity are refused here: a range check such as x > 0 is false for NaN."""
+    value = float(text)  # not a number: argparse says so
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got '{text}'")
+    return value
+
+
+def int_range(text: str) -> tuple[int, int]:
+    """'24' -> (24, 24); '8:24' -> (8, 24)."""
+    try:
+        lo, _, hi = text.partition(":")
+        lo, hi = int(lo), int(hi or lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or LOW:HIGH, got '{text}'") from None
+    if not 0 < lo <= hi:
+        raise argparse.ArgumentTypeError(f"expected 0 < LOW <= HIGH, got '{text}'")
+    return lo, hi
+
+
+MAX_SET = 100_000  # far beyond any window a delay fits in; a list of 10^9 numbers alone would fill the memory
+
+
+def int_set(text: str) -> tuple[int, ...]:
+    """'15:25' -> 15, 16, ..., 25 (inclusive); '1,4,9' -> 1, 4, 9; the two mix: '0:3,10'."""
+    values = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition(":")
+            lo, hi = int(lo), int(hi or lo)
+            if len(values) + hi - lo >= MAX_SET:  # counted before the list is made
+                raise argparse.ArgumentTypeError(f"'{text}' lists more than {MAX_SET:,} values")
+            values += range(lo, hi + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a list like 15:25 or 1,4,9, got '{text}'") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected non-negative integers, got '{text}'")
+    return tuple(sorted(set(values)))
 
 
 def refuse_unused(args, parser, flags, why) -> None:
@@ -313,19 +462,26 @@ def check_machine(device: str, threads: int | None) -> None:
         raise UsageError(f"--device {device}, but this machine has no such device")
 
 
-def use_threads(cfg: dict) -> None:
-    if cfg["threads"]:
-        torch.set_num_threads(cfg["threads"])
+def check_memory(dim: int, vocab_size: int, tokens: int, what: str, device: str) -> None:
+    """Refuse, before any allocation, a small GPT's forward over `tokens` tokens that cannot fit. The bound is
+    low on purpose: int64 inputs and targets, a bool mask, and the float32 hidden state and logits that meet at
+    the output layer; attention and the other layers need more on top."""
+    need = tokens * (8 + 8 + 1 + 4 * (dim + vocab_size))
+    on_gpu = torch.device(device).type == "cuda"
+    have = torch.cuda.get_device_properties(device).total_memory if on_gpu else physical_memory()
+    if need > have:
+        raise UsageError(f"{what} needs at least {need / 2 ** 30:,.4g} GiB; {device if on_gpu else 'this machine'} "
+                         f"has {have / 2 ** 30:,.0f} GiB")
 
 
-def learning_rate(step: int, cfg: dict) -> float:
+def learning_rate(step: int, lr: float, warmup: int, steps: int) -> float:
     """Linear warm-up, then cosine decay to a tenth."""
-    if step < cfg["warmup"]:
-        return cfg["lr"] * (step + 1) / cfg["warmup"]
-    t = (step - cfg["warmup"]) / max(1, cfg["steps"] - cfg["warmup"])
-    return cfg["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    t = (step - warmup) / max(1, steps - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
 
 
-def set_learning_rate(optimizer: torch.optim.Optimizer, step: int, cfg: dict) -> None:
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
-        group["lr"] = learning_rate(step, cfg)
+        group["lr"] = lr

@@ -11,8 +11,6 @@
 
 Each has one SCALES dict (quick, default, full) and one run(args), and reads top to bottom: the building
 blocks with their formulas, the runs, the claims with their thresholds, the writers. What they share is in
-eval.py: spread and fmt (a statistic over seeds and how it is written); the verdict rule (verdict for a claim
-made of sub-claims, unit_verdict for a gain over independent units with THRESHOLD, all_of for a claim that
-needs several comparisons, and UNFIT, the verdict of a claim whose models did not learn their task); beyond
-(the beyond-L mean); plot_curves with line_styles (one colour per method in every panel); write_results.
+common.py (statistics, the verdict rule, FIT_BAR, figures, the results writer, the job pool); what they measure
+a run with is eval.py's (evaluate, evaluate_table, load_run); how they train one is train.py's (train.run).
 """

@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 import lengen
-from eval import command_line, scale_name, write_results
+from eval import command_line, scale_name
+from experiments.common import write_results
 
 BENCH_VARIANTS = [  # label, GPTConfig settings
     ("nope", dict(encoding="nope")),

@@ -15,6 +15,7 @@ thresholds, the markdown and the figure, run(args).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import sys
@@ -22,9 +23,9 @@ import time
 
 import torch
 
-import train
-from eval import (UNFIT, command_line, fmt, line_styles, map_jobs, plot_curves, scale_name, seed_curve, spread,
-                  train_once, verdict, write_results)
+from eval import command_line, evaluate_table, load_run, plot_curves, scale_name
+from experiments.common import (FIT_BAR, UNFIT, fmt, line_styles, map_jobs, seed_curve, spread, train_once, verdict,
+                                write_results)
 
 DISTANCE_ENCODINGS = ("nope", "rope", "alibi")
 STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every panel
@@ -86,11 +87,11 @@ def distance_curve(setup: dict, scale: str, args, task: str, encoding: str, seed
         argv += ["--selective-delays", f"{selective[0]}:{selective[1]}"]
     start = time.perf_counter()
     train_once(argv)
-    model, cfg = train.load_run(out, args.device)
+    model, cfg = load_run(out, args.device)
     measured = "selective_copy" if task == "selective_copy" else "delay_copy"
-    cfg = {**cfg, "task": measured, "task_options": {"symbols": setup["symbols"], "m": setup["m"], "delays": delays}}
-    rows, _ = train.evaluate_table(model, cfg, delays=range(setup["top"] + 1), samples=setup["samples"],
-                                   device=args.device)
+    cfg = dataclasses.replace(cfg, task=measured,
+                              task_options={"symbols": setup["symbols"], "m": setup["m"], "delays": delays})
+    rows, _ = evaluate_table(model, cfg, delays=range(setup["top"] + 1), samples=setup["samples"], device=args.device)
     print(f"  {name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     return rows
 
@@ -207,13 +208,13 @@ def check(claim: str, measured: str, holds: bool | None) -> dict:
     return {"claim": claim, "measured": measured, "holds": holds}
 
 
-FIT_BAR = 0.9  # a model has learned its band when its mean accuracy there is >= this (Paper D: best of 5 seeds)
+# A model has learned its band when its accuracy there reaches common.FIT_BAR (Paper D reports the best of 5 seeds).
 
 
 def fit_gate(what: str, in_means: dict[str, list[float]]) -> dict:
     """The check a question's other sub-claims rest on: every model it compares fitted its training band,
     judged by its best seed as Paper D reports the best of 5. in_means: a name -> in-band accuracy per seed.
-    When it fails, the question is undecided (models did not fit), whatever the others say (eval.verdict)."""
+    When it fails, the question is undecided (models did not fit), whatever the others say (common.verdict)."""
     best = {name: max(values) for name, values in in_means.items()}
     weakest = min(best, key=best.get)
     return {**check(f"fit gate: {what} (best seed >= {FIT_BAR} in its training band)",

@@ -29,8 +29,9 @@ from tqdm import tqdm
 import lengen
 import tasks
 import train
-from eval import (THRESHOLD, UNFIT, all_of, beyond, command_line, cpu_seconds, fmt, map_jobs, scale_name, spread,
-                  train_once, unit_verdict, write_results)
+from eval import command_line, evaluate, load_run, scale_name
+from experiments.common import (FIT_BAR, THRESHOLD, UNFIT, all_of, beyond, cpu_seconds, fmt, map_jobs, spread,
+                                train_once, unit_verdict, write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The setup
@@ -51,7 +52,6 @@ SCALES = {
     "default": dict(L=32, cap=2500, every=100, seeds=(0, 1), samples=256, tasks=("reverse", "retrieval", "shift")),
     "full": dict(L=32, cap=12000, every=100, seeds=(0, 1, 2, 3, 4), samples=512, tasks=TASKS),
 }
-FIT_BAR = 0.9
 # How the default grid was chosen, before the run, from RoPE alone and at L only (never beyond it): one seed
 # per task, contiguous and randomized, python train.py --task TASK --encoding rope --positions P --train-len
 # 16:32 --steps 4000 --fit-bar 0.9 --fit-every 250 --threads 1. Steps to fit, or the last check's accuracy:
@@ -67,7 +67,7 @@ ENCODINGS = tuple(lengen.ENCODINGS)  # nope, learned, sinusoidal, rope, xpos, al
 # NoPE reads no position, and train.py draws position ids from a generator of their own, so NoPE with
 # randomized positions is bit for bit the same run as without: it is trained once and shown once.
 POSITIONS = ("contiguous", "randomized")
-MULTIPLES = (1, 2, 4, 8)  # evaluation lengths, as multiples of L; eval.beyond: the mean of 2L, 4L and 8L
+MULTIPLES = (1, 2, 4, 8)  # evaluation lengths, as multiples of L; common.beyond: the mean of 2L, 4L and 8L
 
 
 def variants() -> list[tuple[str, str]]:
@@ -97,14 +97,14 @@ def model_argv(task: str, encoding: str, positions: str, seed: int, setup: dict,
 def train_and_measure(job: tuple) -> dict:
     """Train one model with train.py's own code until it fits (or the cap), and return its accuracy at every
     multiple of L with the positions it was trained with, and the step at which it fitted (None: did not).
-    The same evaluation sequences for every model (train.evaluate draws them from one fixed seed)."""
+    The same evaluation sequences for every model (evaluate draws them from one fixed seed)."""
     task, encoding, positions, seed, setup, root, device = job
     argv = model_argv(task, encoding, positions, seed, setup, root, device)
     out = train_once(argv)["run"]
-    model, cfg = train.load_run(out, device)
+    model, cfg = load_run(out, device)
     fit = train.read_fit(out)
-    accuracy = [train.evaluate(model, task, m * setup["L"], cfg["task_options"], setup["samples"], device=device,
-                               positions=positions, max_position=cfg["max_position"])["accuracy"]
+    accuracy = [evaluate(model, task, m * setup["L"], cfg.task_options, setup["samples"], device=device,
+                               positions=positions, max_position=cfg.max_position)["accuracy"]
                 for m in MULTIPLES]
     return {"accuracy": accuracy, "steps_to_fit": fit["steps_to_fit"], "steps": fit["checks"][-1][0]}
 
@@ -116,15 +116,15 @@ def chance(task: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The published findings, as claims, and the rule (eval.unit_verdict, fixed before the run)
+# The published findings, as claims, and the rule (common.unit_verdict, fixed before the run)
 # ---------------------------------------------------------------------------------------------------------
 #
 # A comparison "A beats B" is measured on the tasks where both cells fitted (MIN_SEEDS seeds or more, every one
 # fitted). Per seed, the mean over those tasks of A's accuracy beyond L minus B's; the seeds are the
-# independent units of eval.unit_verdict: reproduced when the mean is >= THRESHOLD and every seed is positive,
+# independent units of common.unit_verdict: reproduced when the mean is >= THRESHOLD and every seed is positive,
 # not reproduced when the 95 % t-interval lies below THRESHOLD (reversed: <= -THRESHOLD, every seed negative),
 # undecided otherwise, and "undecided (models did not fit)" when no task has both cells fitted. A claim that A
-# beats several encodings needs each comparison (eval.all_of).
+# beats several encodings needs each comparison (common.all_of).
 
 PAPER = {
     "randomized positions help": "Ruoss et al. (2305.16843): randomized positions raise test accuracy beyond the "
@@ -139,15 +139,16 @@ KAZEMNEJAD = ("nope", "t5", "alibi", "rope", "learned", "sinusoidal")
 FIRE_FIELD = ("fire", "nope", "rope", "alibi", "kerple", "t5")
 
 
-def fitted(steps: dict, task: str, row: str) -> bool:
+def cell_fitted(steps: dict, task: str, row: str) -> bool:
+    """A cell (task, variant) counts when MIN_SEEDS or more seeds ran and every one reached FIT_BAR."""
     per_seed = steps[task][row]
     return len(per_seed) >= MIN_SEEDS and all(s is not None for s in per_seed)
 
 
 def gain(accuracy: dict, steps: dict, triples: list[tuple[str, str, str]], at=beyond) -> dict:
     """(task, better, worse) comparisons pooled: per seed, the mean of at(better) - at(worse) over the triples
-    whose two cells fitted; its verdict by eval.unit_verdict, and how many triples of how many it rests on."""
-    kept = [(t, b, w) for t, b, w in triples if fitted(steps, t, b) and fitted(steps, t, w)]
+    whose two cells fitted; its verdict by common.unit_verdict, and how many triples of how many it rests on."""
+    kept = [(t, b, w) for t, b, w in triples if cell_fitted(steps, t, b) and cell_fitted(steps, t, w)]
     counts = {len(accuracy[t][row]) for t, b, w in kept for row in (b, w)}
     assert len(counts) <= 1, "every cell holds the same seeds, in the same order"
     seeds = counts.pop() if counts else 0
@@ -207,7 +208,7 @@ def grid(data: dict, at) -> list[str]:
         cells, kept = [], []
         for t in tasks_:
             values = [at(a) for a in data["accuracy"][t][row]]
-            ok = fitted(data["steps_to_fit"], t, row)
+            ok = cell_fitted(data["steps_to_fit"], t, row)
             cells.append(fmt(values, form="sd") + ("" if ok else " †"))
             kept += [values] if ok else []
         mean = fmt([sum(v) / len(v) for v in zip(*kept)], form="sd") if kept else "—"
@@ -221,7 +222,7 @@ def steps_grid(data: dict) -> list[str]:
     for row in rows():
         per_task = [data["steps_to_fit"][t][row] for t in tasks_]
         cells = [", ".join("—" if s is None else str(s) for s in per_seed) for per_seed in per_task]
-        count = sum(fitted(data["steps_to_fit"], t, row) for t in tasks_)
+        count = sum(cell_fitted(data["steps_to_fit"], t, row) for t in tasks_)
         out.append(f"| {row} | " + " | ".join(cells) + f" | {count} of {len(tasks_)} |")
     return out
 
@@ -298,7 +299,7 @@ def figure(data: dict):
             ax.imshow(values, vmin=0, vmax=top, cmap="viridis", aspect="auto")
             for i, (row, line) in enumerate(zip(labels, values)):
                 for j, (t, v) in enumerate(zip(tasks_, line)):
-                    mark = "" if fitted(data["steps_to_fit"], t, row) else "†"
+                    mark = "" if cell_fitted(data["steps_to_fit"], t, row) else "†"
                     ax.text(j, i, form.format(v) + mark, ha="center", va="center", fontsize=7,
                             color="black" if v > 0.6 * top else "white")
             ax.set_xticks(range(len(tasks_)), [t.replace("_", "\n") for t in tasks_], fontsize=8)

@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 
 import lengen
-from eval import command_line, scale_name, write_results
+from eval import command_line, scale_name
+from experiments.common import write_results
 from runs import UsageError
 
 SCALES = {  # fine-tuning lengths, evaluation lengths, timed steps; the tests' own checks run in every scale

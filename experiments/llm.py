@@ -26,8 +26,8 @@ from tqdm import tqdm
 import finetune
 import hf
 import train
-from eval import (command_line, evaluate_llm, line_styles, map_jobs, plot_curves, scale_name, t_interval,
-                  write_results)
+from eval import command_line, evaluate_llm, plot_curves, scale_name, t_interval
+from experiments.common import line_styles, map_jobs, write_results
 from runs import UsageError, save_atomic
 
 # ---------------------------------------------------------------------------------------------------------
@@ -47,12 +47,12 @@ from runs import UsageError, save_atomic
 # them scoring prompts): zero-shot YaRN, ft, yarn and ryarn. It leaves out the base model as it is (not one of
 # Paper R's comparisons), rpe and the curriculum's ablation (which the small-GPT experiment replicates on three
 # pretrained bases), and the second fine-tuning seed; --full runs them all.
-METHODS = ["base", "base+yarn", "ft", "yarn", "rpe", "ryarn", "ryarn-nocurr", "yarn-s1", "ryarn-s1"]
+MODELS = ["base", "base+yarn", "ft", "yarn", "rpe", "ryarn", "ryarn-nocurr", "yarn-s1", "ryarn-s1"]
 SCALES = {
     "quick": dict(methods=["base", "ft", "ryarn"], train_len=192, steps=2, batch=1, samples={256: 3, 512: 2}),
     "default": dict(methods=["base+yarn", "ft", "yarn", "ryarn"], train_len=512, steps=100, batch=1,
                     samples={512: 48, 2048: 24, 4096: 24, 10240: 8}),
-    "full": dict(methods=METHODS, train_len=4096, steps=400, batch=8,
+    "full": dict(methods=MODELS, train_len=4096, steps=400, batch=8,
                  samples={4096: 100, 8192: 100, 16384: 50, 32768: 50, 65536: 50}),
 }
 # Paper R fine-tunes with LoRA. Rank 16 (alpha 32) on the attention projections, AdamW at 2e-4: a usual LoRA
@@ -73,7 +73,7 @@ LABELS = {
     "yarn-s1": "yarn with fine-tuning seed 1 (other samples, in another order)",
     "ryarn-s1": "ryarn with fine-tuning seed 1 (other samples and positions)",
 }
-STYLES = line_styles(METHODS)  # each method in one colour in both panels, at every scale
+STYLES = line_styles(MODELS)  # each method in one colour in both panels, at every scale
 
 
 # ---------------------------------------------------------------------------------------------------------

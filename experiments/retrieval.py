@@ -19,9 +19,9 @@ import torch
 
 import lengen
 import tasks
-import train
-from eval import (UNFIT, command_line, fmt, line_styles, map_jobs, plot_curves, scale_name, seed_curve, spread,
-                  train_once, verdict, write_results)
+from eval import command_line, evaluate, load_run, plot_curves, scale_name
+from experiments.common import (FIT_BAR, UNFIT, fmt, line_styles, map_jobs, seed_curve, spread, train_once, verdict,
+                                write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The analysis
@@ -227,20 +227,20 @@ def query_attention(model: lengen.GPT, length: int, options: dict, samples: int)
 def analyse_retrieval(model: lengen.GPT, cfg: dict, lengths: list[int], samples: int) -> dict:
     """Claims 1-5 on one trained head: accuracy by length, equivariance, and, by encoding, pinning (learned)
     or the kernel, its carrier and the dilution laws (RoPE)."""
-    options, hi = cfg["task_options"], cfg["train_len"][1]
+    options, hi = cfg.task_options, cfg.train_len[1]
     k, symbols = options["offset"], options["symbols"]
     idx, _, _ = tasks.make_batch("retrieval", 16, hi, torch.Generator().manual_seed(7), **options)
-    out = {"accuracy": {n: train.evaluate(model, "retrieval", n, options, samples)["accuracy"] for n in lengths},
+    out = {"accuracy": {n: evaluate(model, "retrieval", n, options, samples)["accuracy"] for n in lengths},
            "equivariance": {shift: equivariance_error(model, idx, shift) for shift in (100, 1000)}}
     if model.config.attention == "linear":
         return out
-    if cfg["encoding"] == "learned":  # claim 3: where the query attends at lengths never trained
+    if cfg.encoding == "learned":  # claim 3: where the query attends at lengths never trained
         out["pinning"] = {}
         for n in (n for n in lengths if n > hi):
             counts = argmax_histogram(query_attention(model, n, options, samples))
             slot, mass = pinned_slot(counts)
             out["pinning"][n] = {"slot": slot, "mass": mass, "counts": counts.tolist()}
-    if cfg["encoding"] == "rope":  # claims 4 and 5
+    if cfg.encoding == "rope":  # claims 4 and 5
         kernel = retrieval_kernel(model, max(lengths), symbols)
         deltas = carrier_offsets(model.pos.inv_freq)
         carrier = fit_carrier(probe_kernel(model, deltas, symbols), model.pos.inv_freq, deltas)
@@ -269,8 +269,8 @@ def analyse_linear(model: lengen.GPT, cfg: dict, length: int) -> dict:
     offsets 0 .. hi-1. So few offsets cannot tell the slow planes apart (singular values fall to 1e-16), so
     the exact interpolant has a norm of ~1e10; the verdict uses the pinv truncated at 1e-3, and the
     correlation at 1e-4 and 1e-2 shows how much it depends on that cut."""
-    k, hi = cfg["task_options"]["offset"], cfg["train_len"][1]
-    kernel = retrieval_kernel(model, length, cfg["task_options"]["symbols"]).to(torch.float64)
+    k, hi = cfg.task_options["offset"], cfg.train_len[1]
+    kernel = retrieval_kernel(model, length, cfg.task_options["symbols"]).to(torch.float64)
     distractors = torch.cat((kernel[:k], kernel[k + 1:hi])).mean()
     learned = (kernel - distractors) / (kernel[k] - distractors)
     features = rope_features(torch.arange(length), model.pos.inv_freq)
@@ -290,7 +290,7 @@ def analyse_transfer(model: lengen.GPT, cfg: dict, samples: int) -> dict:
     """Claim 7 on the full-sequence shift task: accuracy by position inside and beyond the training range,
     equivariance, and the head that does the retrieval (most weight on offset k in range): its carrier
     (RoPE) or where it attends at positions beyond training (learned)."""
-    options, hi = cfg["task_options"], cfg["train_len"][1]
+    options, hi = cfg.task_options, cfg.train_len[1]
     k, long = options["offset"], 10 * hi
     x, y, mask = tasks.make_batch("shift", samples, long, torch.Generator().manual_seed(5), **options)
     right = ((model(x).argmax(-1) == y) & mask).float().sum(0) / mask.sum(0).clamp(min=1)  # (T,)
@@ -303,7 +303,7 @@ def analyse_transfer(model: lengen.GPT, cfg: dict, samples: int) -> dict:
     layer, head = divmod(int(on_target.argmax()), on_target.shape[1])
     logits = layers[layer][:, head]
     out["retrieval_head"] = {"layer": layer, "head": head, "weight_on_target": float(on_target[layer, head])}
-    if cfg["encoding"] == "rope":  # a layer-2 head reads mixed tokens: only a window fit, slow planes lumped
+    if cfg.encoding == "rope":  # a layer-2 head reads mixed tokens: only a window fit, slow planes lumped
         carrier = fit_carrier(positional_kernel(logits, k), model.pos.inv_freq, rcond=1e-3)
         out.update({"participation_ratio": participation_ratio(carrier["amplitude"]),
                     "alignment": carrier_alignment(carrier["amplitude"], carrier["phase"], model.pos.inv_freq, k),
@@ -318,12 +318,12 @@ def analyse_transfer(model: lengen.GPT, cfg: dict, samples: int) -> dict:
 def analyse_recipe(model: lengen.GPT, cfg: dict, samples: int) -> dict:
     """Claim 8, one trained head: accuracy at 2x and 10x its longest training length, the highest side lobe
     of its kernel at offsets never trained (relative to the target peak), and its participation ratio."""
-    options, hi = cfg["task_options"], cfg["train_len"][1]
+    options, hi = cfg.task_options, cfg.train_len[1]
     kernel = retrieval_kernel(model, 10 * hi, options["symbols"])
     deltas = carrier_offsets(model.pos.inv_freq)
     carrier = fit_carrier(probe_kernel(model, deltas, options["symbols"]), model.pos.inv_freq, deltas)
-    return {"accuracy_2x": train.evaluate(model, "retrieval", 2 * hi, options, samples)["accuracy"],
-            "accuracy_10x": train.evaluate(model, "retrieval", 10 * hi, options, samples)["accuracy"],
+    return {"accuracy_2x": evaluate(model, "retrieval", 2 * hi, options, samples)["accuracy"],
+            "accuracy_10x": evaluate(model, "retrieval", 10 * hi, options, samples)["accuracy"],
             "side_lobe": float(kernel[hi:].max() - kernel[options["offset"]]),
             "participation_ratio": participation_ratio(carrier["amplitude"])}
 
@@ -344,7 +344,7 @@ def fit_worker(job: dict) -> dict:
     print(f"[{time.time() - job['start']:5.0f} s] training {out}", file=sys.stderr, flush=True)
     train_once(job["argv"] + ["--out", out, "--force", "--quiet", "--threads", str(job["threads"]), "--device",
                              job["device"], "--eval-samples", "64"])
-    model, cfg = train.load_run(out)
+    model, cfg = load_run(out)
     return {name: ANALYSES[name](model, cfg, job) for name in job["analyses"]}
 
 
@@ -413,8 +413,7 @@ def pick(runs: list[dict], encoding: str, attention: str = "softmax") -> list[di
 
 
 # A claim about what a trained head does beyond its training length rests on heads that learned the task:
-# mean accuracy at the longest training length >= FIT_BAR, or the claim is undecided (models did not fit).
-FIT_BAR = 0.9
+# mean accuracy at the longest training length >= common.FIT_BAR, or the claim is undecided (models did not fit).
 
 
 def fitted(runs: list[dict], length: int) -> bool:

@@ -27,9 +27,9 @@ import time
 from tqdm import tqdm
 
 import tasks
-import train
-from eval import (THRESHOLD, beyond, command_line, cpu_seconds, fmt, line_styles, map_jobs, plot_curves,
-                  scale_name, seed_curve, spread, train_once, unit_verdict, write_results)
+from eval import command_line, evaluate, load_run, plot_curves, scale_name
+from experiments.common import (THRESHOLD, beyond, cpu_seconds, fmt, line_styles, map_jobs, seed_curve, spread,
+                                train_once, unit_verdict, write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The setup
@@ -58,12 +58,12 @@ SCALES = {
 TASK = "latest_recall"
 TASK_OPTIONS = {"keys": 8, "values": 8, "statements": 4, "fillers": 8}  # chance 1/8; half of the facts' keys
 CONTROLS = ("copy", "retrieval")                                          # repeat, so order decides
-MULTIPLES = (1, 2, 4, 8, 16)  # evaluation lengths, as multiples of L; eval.beyond: the mean of 2L .. 16L
+MULTIPLES = (1, 2, 4, 8, 16)  # evaluation lengths, as multiples of L; common.beyond: the mean of 2L .. 16L
 # Evaluation sequences come from these generator seeds. Training draws its batches from seed + 1 and its
 # positions from seed + 2, with every seed above below 100, so neither stream is ever one of these.
 TEST_SEED, VALIDATION_SEED = 7_000_001, 7_000_002
 
-METHODS = {  # label: what it is (a fine-tune's train.py flags: method_flags)
+MODELS = {  # label: what it is (a fine-tune's train.py flags: method_flags)
     "zero-shot": "the pretrained model, no fine-tuning, plain RoPE",
     "zero-shot+yarn": "the same weights read with YaRN (factor s) at inference only (Paper R's zero-shot + YaRN)",
     "ft": "plain fine-tuning: plain RoPE, contiguous positions",
@@ -73,7 +73,7 @@ METHODS = {  # label: what it is (a fine-tune's train.py flags: method_flags)
     "rpe-nocurr": "RPE without the curriculum: positions from [0, 2L) from the first step",
     "ryarn-nocurr": "Randomized YaRN without the curriculum: positions from [0, 2L) from the first step",
 }
-FINE_TUNES = list(METHODS)[2:]  # every method but the two readings of the pretrained model
+FINE_TUNES = list(MODELS)[2:]  # every method but the two readings of the pretrained model
 
 
 def method_flags(method: str, L: int, s: float, top: int = 2) -> list[str]:
@@ -115,10 +115,10 @@ def measure(run_dir: str, task: str, setup: dict, args, factor: float | None = N
     for every model) and its validation accuracy at L (VALIDATION_SEED). factor: read it with YaRN x factor."""
     L = setup["L"]
     overrides = {"scaling": "yarn", "factor": factor, "original_len": L} if factor else {}
-    model, cfg = train.load_run(run_dir, args.device, **overrides)
+    model, cfg = load_run(run_dir, args.device, **overrides)
 
     def accuracy(length, samples, seed):
-        return train.evaluate(model, task, length, cfg["task_options"], samples, seed, device=args.device)["accuracy"]
+        return evaluate(model, task, length, cfg.task_options, samples, seed, device=args.device)["accuracy"]
     return {"test": [accuracy(m * L, setup["samples"], TEST_SEED) for m in MULTIPLES],
             "validation": accuracy(L, setup["validation_samples"], VALIDATION_SEED)}
 
@@ -138,7 +138,7 @@ def command(argv: list[str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The claims and the rule (eval.unit_verdict): a gain is measured on each pretrained base as the mean over its
+# The claims and the rule (common.unit_verdict): a gain is measured on each pretrained base as the mean over its
 # fine-tuning seeds (seed-paired where both sides are fine-tuned); the bases are the replicates.
 # ---------------------------------------------------------------------------------------------------------
 
@@ -308,7 +308,7 @@ def markdown(data: dict) -> str:
     out = header(data) + design_section(data) + rule_section(data) + ["## Claims", ""] + claims_table(data)
     out += ["", fit_line(data), "", f"## `{TASK}`: test accuracy by length (mean ± sd over bases)", ""]
     out += accuracy_table(data["accuracy"], lengths)
-    out += ["", "Methods: " + "; ".join(f"`{m}`: {what}" for m, what in METHODS.items()) + ".", ""]
+    out += ["", "Methods: " + "; ".join(f"`{m}`: {what}" for m, what in MODELS.items()) + ".", ""]
     out += selection_section(data)
     out += ["## How far to randomize: the top of the range (ryarn)", "",
             f"The same recipe with the range widened to {', '.join(f'{r}L' for r in data['settings']['ranges'])} "
@@ -336,7 +336,7 @@ def styles(data: dict) -> dict[str, dict]:
     """Every label the figure draws, each alike in every panel: the methods, then the sweep's variants ("ryarn,
     range 2L" is the ryarn model itself). Dashed: not fine-tuned; thick: the method Paper R proposes."""
     sweep = [name for name in data["sweep"] if name != "ryarn, range 2L"]
-    out = line_styles(list(METHODS) + sweep, {"zero-shot": {"ls": "--"}, "zero-shot+yarn": {"ls": "--"},
+    out = line_styles(list(MODELS) + sweep, {"zero-shot": {"ls": "--"}, "zero-shot+yarn": {"ls": "--"},
                                               "ryarn": {"lw": 2.5}})
     return out | {"ryarn, range 2L": out["ryarn"]}
 

@@ -197,7 +197,7 @@ def test_a_forced_run_stopped_before_it_is_whole_leaves_the_old_one(tmp_path, mo
 
     def ctrl_c(*_):  # as the new run, all checks passed and its step-0 checkpoint written, is about to go in
         raise KeyboardInterrupt
-    monkeypatch.setattr(train, "swap_in", ctrl_c)
+    monkeypatch.setattr("runs.swap_in", ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         train.run(TINY + ["--steps", "5", "--seed", "1", "--out", run, "--force"])
     assert snapshot(tmp_path) == before  # the old run whole, nothing half-built beside it, the lock gone
@@ -341,23 +341,23 @@ def test_a_model_that_cannot_be_read_is_one_line(tmp_path, capsys):
 
 def test_jobs_are_capped_at_what_the_machine_can_run(monkeypatch, capsys):
     """Bug caught (#24 item 6): --jobs 1000 started one process per queued model (34, 10 GB, nothing done)."""
-    import eval as lengen_eval
+    from experiments import common
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    assert lengen_eval.usable_jobs(1000, 34) == 2
+    assert common.usable_jobs(1000, 34) == 2
     assert "running 2 at once (2 CPU cores" in capsys.readouterr().err
-    assert lengen_eval.usable_jobs(1000, 34, threads=2) == 1  # one worker of 2 threads fills 2 cores
+    assert common.usable_jobs(1000, 34, threads=2) == 1  # one worker of 2 threads fills 2 cores
     assert "running 1 at once" in capsys.readouterr().err
-    assert lengen_eval.usable_jobs(2, 1) == 1 and capsys.readouterr().err == ""  # one model: one process, quietly
+    assert common.usable_jobs(2, 1) == 1 and capsys.readouterr().err == ""  # one model: one process, quietly
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
-    assert lengen_eval.map_jobs(abs, [-1, -2, -3], jobs=1000) == [1, 2, 3]  # here, in this process
+    assert common.map_jobs(abs, [-1, -2, -3], jobs=1000) == [1, 2, 3]  # here, in this process
     assert "running 1 at once" in capsys.readouterr().err
 
 
 def test_a_worker_that_dies_is_one_line(capsys):
     """Bug caught (#24 item 9): a --jobs worker killed outright gave a 40-line BrokenProcessPool traceback."""
-    import eval as lengen_eval
+    from experiments import common
     with pytest.raises(train.UsageError, match="a worker process died"):
-        lengen_eval.map_jobs(os._exit, [9, 9], jobs=2)  # each worker ends at once, as a kill -9 would end it
+        common.map_jobs(os._exit, [9, 9], jobs=2)  # each worker ends at once, as a kill -9 would end it
 
 
 def test_a_second_experiment_on_the_same_runs_is_turned_away(tmp_path, monkeypatch, capsys):
@@ -375,18 +375,18 @@ def test_a_second_experiment_on_the_same_runs_is_turned_away(tmp_path, monkeypat
 def test_an_experiment_reuses_a_run_only_when_this_argv_and_code_made_it(tmp_path, monkeypatch):
     """What lets a stopped experiment go on (#24 item 5): train_once trains a model once; the same argv with the
     same code gets that run back untouched, other code or a run replaced since by train.py --force retrains."""
-    import eval as lengen_eval
+    from experiments import common
     out = str(tmp_path / "run")
     argv = [*TINY, "--steps", "3", "--out", out, "--force"]
-    first = lengen_eval.train_once(argv)
+    first = common.train_once(argv)
     stamp = os.stat(os.path.join(out, "checkpoint.pt")).st_mtime_ns
-    assert lengen_eval.train_once(argv) == first  # reused: the same rows from final.json, the run untouched
+    assert common.train_once(argv) == first  # reused: the same rows from final.json, the run untouched
     assert os.stat(os.path.join(out, "checkpoint.pt")).st_mtime_ns == stamp
-    monkeypatch.setattr(lengen_eval, "code_digest", lambda: "other code")
-    lengen_eval.train_once(argv)
+    monkeypatch.setattr(common, "code_digest", lambda: "other code")
+    common.train_once(argv)
     assert os.stat(os.path.join(out, "checkpoint.pt")).st_mtime_ns != stamp  # trained again
     monkeypatch.undo()
-    lengen_eval.train_once(argv)
+    common.train_once(argv)
     assert main("train", [*TINY, "--steps", "4", "--out", out, "--force"]) == 0
     assert not os.path.exists(os.path.join(out, "made-by.json"))  # --force replaced the run: not reusable
 

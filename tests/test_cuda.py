@@ -16,6 +16,7 @@ import sys
 import pytest
 import torch
 
+import eval
 import lengen
 import train
 
@@ -31,10 +32,10 @@ def assert_cuda_forward_is_cpu_forward(out: str) -> None:
     """The run's model on CUDA and on the CPU, at contiguous and at randomized position ids."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    gpu, cfg = train.load_run(out, "cuda")
-    cpu, _ = train.load_run(out, "cpu")
-    x = torch.randint(cfg["vocab_size"], (2, 16), generator=torch.Generator().manual_seed(0))
-    drawn = lengen.randomized_positions(2, 16, cfg["max_position"], torch.Generator().manual_seed(1))
+    gpu, cfg = eval.load_run(out, "cuda")
+    cpu, _ = eval.load_run(out, "cpu")
+    x = torch.randint(cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    drawn = lengen.randomized_positions(2, 16, cfg.max_position, torch.Generator().manual_seed(1))
     with torch.no_grad():
         for ids in (None, drawn):
             on_gpu = gpu(x.cuda(), None if ids is None else ids.cuda()).cpu()

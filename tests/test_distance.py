@@ -1,12 +1,13 @@
 """python eval.py --experiment distance --quick: it runs, writes its files, a model learns its delay band, and
 the numbers it reports are the ones its saved models produce."""
+import dataclasses
 import importlib.util
 import json
 
 import pytest
 
 import eval as lengen_eval
-import train
+from experiments import common
 from experiments import distance as exp
 
 
@@ -38,10 +39,10 @@ def test_distance_quick_reports_what_its_models_measure(tmp_path, monkeypatch):
     alone, mixed = data["C"]["adjacent"]["rope"]["alone"], data["C"]["adjacent"]["rope"]["mixed"]
     for name, curve in ((f"delay_copy-rope-w{width}-d{lo}-{hi}-seed0", data["A"]["delay_copy"]["rope"]),
                         (f"mixed_copy-rope-w{width}-d{lo}-{hi}-s{s_lo}-{s_hi}-seed0", mixed)):
-        model, cfg = train.load_run(str(tmp_path / "runs" / "distance" / "quick" / name))
-        cfg = {**cfg, "task": "delay_copy",
-               "task_options": {"symbols": setup["symbols"], "m": setup["m"], "delays": (lo, hi)}}
-        rows, _ = train.evaluate_table(model, cfg, delays=range(top + 1), samples=setup["samples"])
+        model, cfg = lengen_eval.load_run(str(tmp_path / "runs" / "distance" / "quick" / name))
+        cfg = dataclasses.replace(cfg, task="delay_copy",
+                                  task_options={"symbols": setup["symbols"], "m": setup["m"], "delays": (lo, hi)})
+        rows, _ = lengen_eval.evaluate_table(model, cfg, delays=range(top + 1), samples=setup["samples"])
         assert curve["per_seed"][0] == [r["accuracy"] for r in rows], name
     assert alone["per_seed"] == data["A"]["delay_copy"]["rope"]["per_seed"]  # C alone is (A)'s model
     # transfer: mixed minus alone, per delay, and each region its mean over its own delays
@@ -53,7 +54,7 @@ def test_distance_quick_reports_what_its_models_measure(tmp_path, monkeypatch):
     for name, result in data["verdicts"].items():  # every sub-claim holds, some, none (unmeasured ones aside)
         holds = [c["holds"] for c in result["checks"] if c["holds"] is not None and not c.get("gate")]
         unfit = any(c["holds"] is False for c in result["checks"] if c.get("gate"))
-        expected = ("not measured" if not holds else lengen_eval.UNFIT if unfit else "reproduced" if all(holds) else
+        expected = ("not measured" if not holds else common.UNFIT if unfit else "reproduced" if all(holds) else
                     "partly reproduced" if any(holds) else "not reproduced")
         assert result["verdict"] == expected, name
     gates = {name: [c for c in result["checks"] if c.get("gate")] for name, result in data["verdicts"].items()}
@@ -72,5 +73,5 @@ def test_a_question_on_models_that_did_not_fit_is_undecided():
     assert exp.checks_verdict(exp.ordering_checks(runs)) == "reproduced"
     runs["nope"]["in_mean"] = [0.55, 0.85]
     checks = exp.ordering_checks(runs)
-    assert exp.checks_verdict(checks) == lengen_eval.UNFIT
+    assert exp.checks_verdict(checks) == common.UNFIT
     assert checks[0]["measured"] == "weakest: nope 0.85" and [c["holds"] for c in checks] == [False, True, True]

@@ -6,6 +6,7 @@ import torch
 
 import eval
 import train
+from experiments import common
 from experiments import encodings as exp
 
 QUICK = exp.SCALES["quick"]
@@ -84,10 +85,10 @@ def test_the_fit_gate_decides_what_a_claim_can_say():
         return 0.5 - (0.01 + 0.001 * seed if v.endswith("+ rand") else 0.0)
 
     unfit = exp.claims(*synthetic(worse, fits=lambda row, task: not row.endswith("+ rand")))
-    assert unfit["randomized positions help"]["verdict"] == eval.UNFIT
+    assert unfit["randomized positions help"]["verdict"] == common.UNFIT
     assert unfit["randomized positions help"]["measured"].startswith("over every fitted (encoding, task) pair: "
                                                                     "not fitted")
-    assert unfit["NoPE generalizes best"]["verdict"] != eval.UNFIT  # contiguous cells fitted: still measured
+    assert unfit["NoPE generalizes best"]["verdict"] != common.UNFIT  # contiguous cells fitted: still measured
     fitted = exp.claims(*synthetic(worse))
     assert fitted["randomized positions help"]["verdict"] == "not reproduced"
     one_task = exp.claims(*synthetic(worse, fits=lambda row, task: task == "copy" or "+ rand" not in row))
@@ -106,5 +107,5 @@ def test_nope_with_randomized_positions_is_the_same_run(tmp_path):
         out = str(tmp_path / positions)
         train.run(["--task", "copy", "--encoding", "nope", "--positions", positions, "--train-len", "6:12",
                    "--steps", "15", "--out", out, "--eval-samples", "0", "--quiet", "--threads", "1"])
-        weights.append(train.load_run(out, "cpu")[0].state_dict())
+        weights.append(eval.load_run(out, "cpu")[0].state_dict())
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import eval
+from experiments import common
 from experiments import retrieval as E
 import lengen
 
@@ -122,7 +123,7 @@ def test_claims_on_heads_that_did_not_learn_the_task_are_undecided():
                 "correlation_beyond": 0.46, "correlation_by_rcond": {1e-4: 0.10, 1e-2: 0.41}}
 
     data = {"train_max": 24, "runs": [linear(0.63), linear(0.76)]}
-    assert E.claim_linear(data)["verdict"] == eval.UNFIT
+    assert E.claim_linear(data)["verdict"] == common.UNFIT
     data["runs"] = [linear(0.93), linear(0.95)]
     assert E.claim_linear(data)["verdict"] == "partly reproduced"  # fails beyond; the kernel does not match
 
@@ -131,6 +132,6 @@ def test_claims_on_heads_that_did_not_learn_the_task_are_undecided():
 
     data = {"train_max": 24, "controls": (), "offsets": (3,),
             "runs": [head("rope", 1.0, 1.0), head("learned", 0.5, 0.07)]}
-    assert E.claim_extrapolation(data)["verdict"] == eval.UNFIT
+    assert E.claim_extrapolation(data)["verdict"] == common.UNFIT
     data["runs"][1] = head("learned", 1.0, 0.07)
     assert E.claim_extrapolation(data)["verdict"] == "reproduced"

@@ -13,6 +13,7 @@ import torch
 import eval
 import lengen
 import train
+from experiments import common
 from experiments import ryarn
 
 QUICK = ryarn.SCALES["quick"]
@@ -40,7 +41,7 @@ def test_quick_experiment_writes_its_results(quick_run):
     tmp_path, data = quick_run
     L, bases, seeds = QUICK["L"], QUICK["bases"], QUICK["seeds"]
     assert data["lengths"] == [L, 2 * L, 4 * L, 8 * L, 16 * L]
-    assert list(data["accuracy"]) == list(ryarn.METHODS)
+    assert list(data["accuracy"]) == list(ryarn.MODELS)
     for method, runs in data["accuracy"].items():
         assert len(runs) == len(bases)
         assert all(len(r) == (1 if method.startswith("zero-shot") else len(seeds)) for r in runs)
@@ -74,22 +75,22 @@ def test_claims_are_measured_per_base(quick_run):
         assert result["mean"] == pytest.approx(sum(want) / len(want))
     lr = data["learning_rates"]["chosen"]["ryarn"]
     beyond_grid = data["learning_rates"]["grid"]["ryarn"][f"{lr:g}"]["beyond"]
-    assert eval.beyond(data["accuracy"]["ryarn"][0][0]) == pytest.approx(beyond_grid)
+    assert common.beyond(data["accuracy"]["ryarn"][0][0]) == pytest.approx(beyond_grid)
 
 
 def test_verdict_rule_on_made_up_gains():
     """Bugs caught: a gain that holds on average while one base goes the other way called reproduced; z
     intervals (1.96 standard errors) for 3 bases, far too narrow; a failed reproduction from an interval that
     still allows the claim; a consistent loss not called reversed."""
-    v = eval.unit_verdict([0.12, 0.10, -0.01], 0.05)  # positive on two bases, negative on the third
+    v = common.unit_verdict([0.12, 0.10, -0.01], 0.05)  # positive on two bases, negative on the third
     assert v["mean"] >= 0.05 and v["verdict"] == "undecided"
-    assert eval.unit_verdict([0.12, 0.10, 0.02], 0.05)["verdict"] == "reproduced"
-    assert eval.unit_verdict([-0.10, -0.08, -0.12], 0.05)["verdict"] == "not reproduced (reversed)"
-    assert eval.unit_verdict([0.01, 0.00, 0.02], 0.05)["verdict"] == "not reproduced"  # interval below +0.05
-    assert eval.unit_verdict([0.04, -0.03, 0.08], 0.05)["verdict"] == "undecided"      # it straddles +0.05
+    assert common.unit_verdict([0.12, 0.10, 0.02], 0.05)["verdict"] == "reproduced"
+    assert common.unit_verdict([-0.10, -0.08, -0.12], 0.05)["verdict"] == "not reproduced (reversed)"
+    assert common.unit_verdict([0.01, 0.00, 0.02], 0.05)["verdict"] == "not reproduced"  # interval below +0.05
+    assert common.unit_verdict([0.04, -0.03, 0.08], 0.05)["verdict"] == "undecided"      # it straddles +0.05
     values = [0.10, 0.04, 0.07]
     mean, low, high = eval.t_interval(values)
-    sd = eval.spread(values)["sd"]
+    sd = common.spread(values)["sd"]
     assert high - mean == pytest.approx(4.303 * sd / 3 ** 0.5, rel=1e-3)  # t with 2 degrees of freedom
     assert high - mean > 2 * 1.96 * sd / 3 ** 0.5                         # more than twice the z half-width
     assert eval.t95(30) == pytest.approx(2.042, abs=0.003) and eval.t95(1000) == pytest.approx(1.962, abs=0.003)
@@ -99,7 +100,7 @@ def test_bases_that_did_not_fit_leave_every_claim_undecided():
     """Bug caught: a verdict (above all "not reproduced") resting on pretrained models that never learned the
     task at L."""
     acc = {m: [[[0.5, 0.1, 0.1, 0.1, 0.1]], [[0.5, 0.1, 0.1, 0.1, 0.1]], [[0.5, 0.1, 0.1, 0.1, 0.1]]]
-           for m in ryarn.METHODS}
+           for m in ryarn.MODELS}
     out = ryarn.claims(acc, [True, False, False])
     assert {c["verdict"] for c in out.values()} == {"undecided (models did not fit)"}
     assert {c["verdict"] for c in ryarn.claims(acc, [True, True, True]).values()} == {"not reproduced"}
@@ -213,17 +214,17 @@ def test_method_flags_match_paper_r():
 
 
 def test_claims_on_models_that_did_not_fit_are_undecided_and_several_comparisons_need_each():
-    """The shared rule's fourth outcome and its combination (eval.verdict, unit_verdict, all_of). Bugs caught:
+    """The shared rule's fourth outcome and its combination (common.verdict, unit_verdict, all_of). Bugs caught:
     a claim on unfitted models given the numbers' verdict, one failed comparison of several not failing the
     claim, an open comparison read as a failure, nothing measured read as undecided on fitted models."""
-    assert eval.verdict(True, True, fitted=False) == eval.UNFIT == "undecided (models did not fit)"
-    assert eval.unit_verdict([0.12, 0.10, 0.02], 0.05, fitted=False)["verdict"] == eval.UNFIT
-    assert eval.unit_verdict([], 0.05)["verdict"] == eval.UNFIT
-    assert eval.unit_verdict([0.30], 0.05)["verdict"] == "undecided"  # one unit: no replication, no interval
-    assert eval.all_of(["reproduced", "reproduced"]) == "reproduced"
-    assert eval.all_of(["reproduced", "not reproduced (reversed)"]) == "partly reproduced"
-    assert eval.all_of(["undecided", "not reproduced", eval.UNFIT]) == "not reproduced"
-    assert eval.all_of(["reproduced", "undecided"]) == "undecided"
-    assert eval.all_of(["reproduced", eval.UNFIT]) == "undecided"
-    assert eval.all_of([eval.UNFIT, eval.UNFIT]) == eval.UNFIT
-    assert eval.all_of([]) == "undecided"
+    assert common.verdict(True, True, fitted=False) == common.UNFIT == "undecided (models did not fit)"
+    assert common.unit_verdict([0.12, 0.10, 0.02], 0.05, fitted=False)["verdict"] == common.UNFIT
+    assert common.unit_verdict([], 0.05)["verdict"] == common.UNFIT
+    assert common.unit_verdict([0.30], 0.05)["verdict"] == "undecided"  # one unit: no replication, no interval
+    assert common.all_of(["reproduced", "reproduced"]) == "reproduced"
+    assert common.all_of(["reproduced", "not reproduced (reversed)"]) == "partly reproduced"
+    assert common.all_of(["undecided", "not reproduced", common.UNFIT]) == "not reproduced"
+    assert common.all_of(["reproduced", "undecided"]) == "undecided"
+    assert common.all_of(["reproduced", common.UNFIT]) == "undecided"
+    assert common.all_of([common.UNFIT, common.UNFIT]) == common.UNFIT
+    assert common.all_of([]) == "undecided"

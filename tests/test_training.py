@@ -6,10 +6,12 @@ Runs go through train.run, exactly as `python train.py ...` would; the GPT's for
 to see what each training step computed, and with which weights.
 """
 import os
+import types
 
 import pytest
 import torch
 
+import eval
 import lengen
 import runs
 import train
@@ -51,7 +53,7 @@ def saved_weights(run_dir):
 def test_wilson_interval_known_values(right, n, low, high):
     """Bug caught: a wrong Wilson interval (z = 1.645, the centre's z^2/2n term dropped, a Wald interval that
     collapses to [0, 0] at 0/10) under every published accuracy."""
-    mean, lo, hi = train.interval(torch.tensor([1.0] * right + [0.0] * (n - right)))
+    mean, lo, hi = eval.interval(torch.tensor([1.0] * right + [0.0] * (n - right)))
     assert mean == right / n
     assert (lo, hi) == (pytest.approx(low, abs=1e-4), pytest.approx(high, abs=1e-4))
     # Independently of the closed form: Wilson's bounds are where the score test is exactly at its limit,
@@ -65,7 +67,7 @@ def test_wilson_interval_known_values(right, n, low, high):
 def test_interval_of_fractional_scores_uses_the_sample_sd():
     """Bug caught: per-sequence accuracies that are not 0/1 given a Wilson interval, or a standard error from
     the population sd (n instead of n - 1). 0.625 +- 1.96 * 0.32275 / 2, by hand."""
-    mean, lo, hi = train.interval(torch.tensor([0.5, 1.0, 0.75, 0.25]))
+    mean, lo, hi = eval.interval(torch.tensor([0.5, 1.0, 0.75, 0.25]))
     assert (mean, lo, hi) == (0.625, pytest.approx(0.3087, abs=1e-4), pytest.approx(0.9413, abs=1e-4))
 
 
@@ -75,15 +77,15 @@ def test_learning_rate_warms_up_then_decays_to_a_tenth():
     """Bug caught: a warm-up that starts at 0 (step 0 would not learn) or overshoots, a cosine that decays to 0
     or to the wrong floor, that ends before or after the last step, or that rises again after it."""
     cfg = {"lr": 2.0, "warmup": 10, "steps": 110}
-    lr = [runs.learning_rate(step, cfg) for step in range(200)]
+    lr = [runs.learning_rate(step, **cfg) for step in range(200)]
     assert lr[0] == pytest.approx(0.2) and lr[4] == pytest.approx(1.0) and lr[9] == pytest.approx(2.0)  # linear
     assert lr[10] == pytest.approx(2.0)                                 # the cosine starts at the peak ...
     assert lr[60] == pytest.approx(2.0 * (0.1 + 0.9 * 0.5))             # ... is halfway down at half its length
     assert lr[110] == pytest.approx(0.2) and set(lr[110:]) == {lr[110]}  # ... and ends at a tenth, then stays
     assert all(a >= b for a, b in zip(lr[10:], lr[11:]))
     model = lengen.GPT(lengen.GPTConfig(vocab_size=8, encoding="learned"))
-    optimizer = train.make_optimizer(model, {**cfg, "wd": 0.1})
-    runs.set_learning_rate(optimizer, 60, cfg)
+    optimizer = train.make_optimizer(model, types.SimpleNamespace(**cfg, wd=0.1))
+    runs.set_learning_rate(optimizer, runs.learning_rate(60, **cfg))
     assert [g["lr"] for g in optimizer.param_groups] == [lr[60]] * 2  # decayed and undecayed groups alike
 
 
@@ -101,7 +103,7 @@ def test_positions_fed_by_train_reach_the_model(tmp_path, monkeypatch, sampler):
                             "--out", str(tmp_path / sampler)], on_step=lambda step, x, positions: fed.append(positions))
     assert len(fed) == len(forwards) == 30
     weights, x, logits = forwards[-1]
-    model, _ = train.load_run(run["run"])
+    model, _ = eval.load_run(run["run"])
     model.load_state_dict(weights)  # the model as it was at that step
     with torch.no_grad():
         at_fed, contiguous = model(x, fed[-1]), model(x)
@@ -134,18 +136,21 @@ def test_learned_rows_beyond_training_keep_their_init_under_weight_decay(tmp_pat
 
 
 def test_one_name_per_setting():
-    """GPTConfig's fields, config.json's keys and the command line's flags are one set of names (no layer that
-    translates between them): a field renamed in one place alone fails here. dropout and query_block are
-    GPTConfig's only, settings the command line does not offer."""
+    """GPTConfig's fields, RunConfig's fields (config.json's keys) and the command line's flags are one set of
+    names (no layer that translates between them): a field renamed in one place alone fails here. dropout and
+    query_block are GPTConfig's only, settings the command line does not offer; task_options, vocab_size and
+    out are what the checks make of the flags."""
     import dataclasses
-    fields = {f.name for f in dataclasses.fields(lengen.GPTConfig)} - {"dropout", "query_block"}
+    fields = {f.name for f in dataclasses.fields(lengen.GPTConfig)}
+    run_fields = {f.name for f in dataclasses.fields(runs.RunConfig)}
     flags = set(vars(train.build_parser().parse_args([])))
-    assert fields <= set(runs.RUN_KEYS) and fields - {"vocab_size"} <= flags
-    cfg = {**{k: None for k in runs.RUN_KEYS}, "vocab_size": 8, "layers": 3, "heads": 2, "dim": 16, "no_mlp": True,
-           "encoding": "alibi", "rope_base": 500.0, "scaling": "none", "factor": 1.0, "original_len": 12,
-           "attention": "softmax", "linear_normalised": False, "max_len": 40}
-    config = train.model_config(cfg)
-    assert [getattr(config, k) for k in fields] == [cfg[k] for k in fields]
+    assert fields - {"dropout", "query_block"} <= run_fields and run_fields - {"task_options", "vocab_size"} <= flags
+    values = {"vocab_size": 8, "layers": 3, "heads": 2, "dim": 16, "no_mlp": True, "encoding": "alibi",
+              "rope_base": 500.0, "scaling": "none", "factor": 1.0, "original_len": 12, "attention": "softmax",
+              "linear_normalised": False, "max_len": 40, "dropout": 0.25, "query_block": 7}
+    cfg = types.SimpleNamespace(**values)
+    config = eval.model_config(cfg)
+    assert {k: getattr(config, k) for k in fields} == {k: values[k] for k in fields}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -166,7 +171,7 @@ def test_fit_check_measures_held_out_sequences_at_the_training_length(tmp_path):
               on_step=lambda step, x, positions: seen.extend(map(tuple, x.tolist())))
     fit = train.read_fit(out)
     assert [step for step, _ in fit["checks"]] == [10, 20, 30] and fit["steps_to_fit"] is None
-    model, cfg = train.load_run(out)
+    model, cfg = eval.load_run(out)
     x, y, mask = train.tasks.make_batch("reverse", train.FIT_SAMPLES, 12, torch.Generator().manual_seed(train.FIT_SEED))
     with torch.no_grad():
         right = ((model(x).argmax(-1) == y) & mask).sum(1) / mask.sum(1)
@@ -189,7 +194,7 @@ def test_training_stops_at_the_first_check_that_reaches_the_bar(tmp_path):
 
 def test_fit_check_of_a_randomized_run_uses_its_own_positions(tmp_path, monkeypatch):
     calls = []
-    evaluate = train.evaluate
+    evaluate = eval.evaluate
     monkeypatch.setattr(train, "evaluate", lambda *a, **k: calls.append(k) or evaluate(*a, **k))
     train.run(FIT_RUN + ["--steps", "10", "--fit-bar", "1.0", "--positions", "randomized", "--max-position", "50",
                          "--out", str(tmp_path / "run")])
@@ -204,10 +209,10 @@ def test_randomized_evaluation_reads_the_same_sequences_at_drawn_positions(monke
     fed = []
     forward = model.forward
     monkeypatch.setattr(model, "forward", lambda x, positions=None: fed.append((x, positions)) or forward(x, positions))
-    train.evaluate(model, "reverse", 12, {}, samples=4)
-    train.evaluate(model, "reverse", 12, {}, samples=4, positions="randomized", max_position=40)
+    eval.evaluate(model, "reverse", 12, {}, samples=4)
+    eval.evaluate(model, "reverse", 12, {}, samples=4, positions="randomized", max_position=40)
     (x0, p0), (x1, p1) = fed
     assert torch.equal(x0, x1) and p0 is None
     assert p1.shape == (4, 12) and bool((p1.diff(dim=1) > 0).all()) and int(p1.max()) < 40 and int(p1[:, -1].max()) > 11
     with pytest.raises(runs.UsageError, match="range of at least 12"):
-        train.evaluate(model, "reverse", 12, {}, samples=4, positions="randomized", max_position=8)
+        eval.evaluate(model, "reverse", 12, {}, samples=4, positions="randomized", max_position=8)
