@@ -26,8 +26,8 @@ import json
 import math
 import os
 import signal
-import tempfile
 import sys
+import tempfile
 import time
 
 import torch
