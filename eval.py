@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import json
 import math
@@ -86,28 +87,57 @@ def interval(per_sequence: torch.Tensor) -> tuple[float, float, float]:
     return mean, max(0.0, mean - half), min(1.0, mean + half)
 
 
-# Two-sided 95 % quantiles of Student's t for 1..10 degrees of freedom; beyond 10, Cornish and Fisher's
-# expansion about the normal quantile, within 0.003 of the exact value there and closer above.
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b), by its continued fraction (Lentz's method) on the
+    side where that converges fast, I_x(a, b) = 1 - I_(1-x)(b, a) on the other. Student's t needs it:
+    P(|T| > t) = I_(df / (df + t^2))(df / 2, 1 / 2)."""
+    if x <= 0.0 or x >= 1.0:
+        return max(0.0, min(1.0, x))
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - betainc(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 500):  # each m adds two terms: d_2m = m (b - m) x / ..., d_2m+1 = -(a + m)(a + b + m) x / ...
+        for term in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                     -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d, c = 1.0 + term * d, 1.0 + term / c
+            d, c = 1.0 / (d if abs(d) > tiny else tiny), (c if abs(c) > tiny else tiny)
+            f *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return front * f / a
 
 
-def t95(df: int) -> float:
-    if df in T95:
-        return T95[df]
-    z = 1.959964
-    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+def t_tail(t: float, df: int) -> float:
+    """P(|T| > |t|) for Student's t with df degrees of freedom: the two-sided p-value of a t statistic."""
+    return betainc(df / 2, 0.5, df / (df + t * t)) if math.isfinite(t) else 0.0
 
 
-def t_interval(values) -> tuple[float, float, float]:
-    """Mean and its 95 % t-interval over n independent units (n - 1 degrees of freedom). Honest for a handful
-    of units, where mean +- 1.96 standard errors is far too narrow: for 3 units the half-width is 4.30
-    standard errors."""
+@functools.lru_cache(maxsize=4096)
+def t_critical(alpha: float, df: int) -> float:
+    """The t with P(|T| > t) = alpha: 12.706 for alpha 0.05 and df 1, 4.303 for df 2, 2.042 for df 30, 1.960 as
+    df grows. By bisection on t_tail, which falls as t grows."""
+    low, high = 0.0, 1.0
+    while t_tail(high, df) > alpha:
+        low, high = high, 2 * high
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_tail(middle, df) > alpha else (low, middle)
+    return (low + high) / 2
+
+
+def t_interval(values, alpha: float = 0.05) -> tuple[float, float, float]:
+    """Mean and its (1 - alpha) t-interval over n independent units (n - 1 degrees of freedom). Honest for a
+    handful of units, where mean +- 1.96 standard errors is far too narrow: for 3 units and alpha 0.05 the
+    half-width is 4.30 standard errors."""
     values = [float(v) for v in values]
     mean = sum(values) / len(values)
     if len(values) < 2:
         return mean, float("nan"), float("nan")
     sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
-    half = t95(len(values) - 1) * sd / len(values) ** 0.5
+    half = t_critical(alpha, len(values) - 1) * sd / len(values) ** 0.5
     return mean, mean - half, mean + half
 
 
@@ -390,7 +420,14 @@ def check_out_dir(name: str, args) -> None:
         tempfile.TemporaryFile(dir=folder).close()  # what writing there will take
     except OSError as e:  # a file, a read-only folder or mount, no permission
         raise UsageError(f"--out-dir {folder}: {e.strerror}") from None
-    if os.path.isfile(path) and not args.force:
+    if args.render:  # the same command's results, decided again: they must be there, and readable
+        try:
+            with open(path, encoding="utf-8") as f:
+                json.load(f)["command"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise UsageError(f"--render decides again from {path}, which is missing or not an experiment's "
+                             "results: run the experiment first") from None
+    elif os.path.isfile(path) and not args.force:
         try:
             with open(path, encoding="utf-8") as f:
                 previous = json.load(f).get("command")
@@ -445,6 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="experiment or bench: where results go (default results/; --quick: results/quick/)")
     p.add_argument("--force", action="store_true",
                    help="experiment or bench: replace results that another command wrote in --out-dir")
+    p.add_argument("--render", action="store_true",
+                   help="experiment: decide its claims again from --out-dir's NAME.json under the current rule, "
+                        "and rewrite NAME.md, .json, .png (nothing is trained)")
     p.add_argument("--jobs", type=int, default=1,
                    help="experiment: this many independent runs at once, each in its own process (results are "
                         "identical to --jobs 1)")

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import importlib
 import json
 import multiprocessing
 import os
+import re
 import resource
 import signal
 import sys
@@ -29,7 +31,7 @@ import time
 import torch
 
 import train
-from eval import pyplot, t_interval
+from eval import pyplot, t_interval, t_tail
 from runs import Interrupted, UsageError, save_atomic, signals_deferred
 
 # ---------------------------------------------------------------------------------------------------------
@@ -80,6 +82,63 @@ def write_results(name: str, markdown: str, data: dict, figure=None, out_dir: st
     print(f"wrote {out_dir}/{name}.md, .json" + (", .png" if figure is not None else ""))
 
 
+def rerender(name: str, render, args) -> None:
+    """eval.py --experiment NAME --render: the results in --out-dir decided again from their own numbers by
+    render(data) -> (data, markdown, figure), the experiment's current rule and writers; nothing is trained.
+    The recorded command stays the one that measured the numbers; the markdown says which decided them. With
+    the committed results (--out-dir results), the tables README.md and docs/ render from them follow."""
+    with open(os.path.join(args.out_dir, f"{name}.json"), encoding="utf-8") as f:
+        data, markdown, figure = render(json.load(f, object_hook=int_keys))
+    markdown = markdown.rstrip("\n") + (f"\n\nVerdicts decided from these numbers by `python eval.py --experiment "
+                                        f"{name} --render` (the shared rule: experiments/common.py).\n")
+    write_results(name, markdown, data, figure, args.out_dir)
+    if os.path.abspath(args.out_dir) == os.path.join(ROOT, "results"):
+        for page in pages():
+            with open(page, encoding="utf-8") as f:
+                text = f.read()
+            if (new := render_blocks(text, only=name)) != text:
+                save_atomic(page, lambda f: f.write(new.encode()))
+                print(f"rendered its tables in {os.path.relpath(page, ROOT)}")
+
+
+def int_keys(obj: dict) -> dict:
+    """JSON keeps a dict's integer keys (a length, a width) as text: a dict whose keys all read as integers had
+    integers for keys when its experiment wrote it."""
+    if obj and all(k.lstrip("-").isdigit() for k in obj):
+        return {int(k): v for k, v in obj.items()}
+    return obj
+
+
+# A claims table in README.md or docs/*.md is never typed: it stands between these two lines, and is what the
+# named function of experiments/NAME.py renders from results/NAME.json (tests/test_rendered.py checks it).
+BLOCK = re.compile(r"(<!-- rendered by experiments/(\w+)\.py (\w+)\(\) from results/\2\.json -->\n)(.*?)"
+                   r"(<!-- end rendered -->)", re.S)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pages() -> list[str]:
+    """The pages whose tables are rendered: README.md and docs/*.md."""
+    docs = os.path.join(ROOT, "docs")
+    return [os.path.join(ROOT, "README.md")] + sorted(os.path.join(docs, f) for f in os.listdir(docs)
+                                                      if f.endswith(".md"))
+
+
+def rendered(name: str, function: str) -> str:
+    """What experiments/NAME.py's function renders from the committed results/NAME.json."""
+    with open(os.path.join(ROOT, "results", f"{name}.json"), encoding="utf-8") as f:
+        data = json.load(f, object_hook=int_keys)
+    return getattr(importlib.import_module(f"experiments.{name}"), function)(data)
+
+
+def render_blocks(text: str, only: str | None = None) -> str:
+    """The page with every rendered block (or only experiment `only`'s) made anew from its results."""
+    def fill(m):
+        if only and m.group(2) != only:
+            return m.group(0)
+        return m.group(1) + rendered(m.group(2), m.group(3)).rstrip("\n") + "\n" + m.group(5)
+    return BLOCK.sub(fill, text)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # What every experiment shares: spreads over seeds and how they are written, verdicts, seed-paired gains and
 # their threshold, the beyond-L mean, the scale, the command line it states, and where it is found.
@@ -126,8 +185,7 @@ def verdict(full: bool, some: bool, fitted: bool = True) -> str:
     return "reproduced" if full else "partly reproduced" if some else "not reproduced"
 
 
-# A gain counts when it is >= 5 accuracy points on average and positive on every independent unit (a seed, a
-# pretrained base): unit_verdict below; fixed before the runs.
+# The smallest gain a claim of a gain counts as (5 accuracy points), fixed before the runs: see decide() below.
 THRESHOLD = 0.05
 
 
@@ -139,35 +197,106 @@ def beyond(acc: list[float]) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The verdict on a gain replicated over independent units (seeds; pretrained bases): four outcomes
+# The verdict on a gain replicated over independent units (seeds; pretrained bases), one table at a time
 # ---------------------------------------------------------------------------------------------------------
+
+ALPHA = 0.05  # the error rate of a whole table of comparisons (its family), split among them by Holm's rule
+MIN_UNITS = 3  # fewer independent units give no verdict: 2 units' 95 % interval is mean +- 12.7 standard errors
+
+
+def rule(per_unit: list[float], low: float, high: float, threshold: float) -> str:
+    """The verdict on a claimed gain of at least `threshold`, from its value on each independent unit and its
+    interval [low, high], already adjusted for the comparisons of its table (decide):
+    - reproduced: the mean gain is >= threshold and the interval lies above 0;
+    - reversed: the mirror image, the mean <= -threshold and the interval below 0;
+    - smaller than claimed: the interval lies below the threshold, whatever its sign (a real but small gain,
+      no gain, or a loss too small to call reversed), written with the effect: "smaller than claimed: +0.026
+      [+0.007, +0.044], under +0.05";
+    - undecided: anything else (the interval reaches the threshold and 0), or fewer than MIN_UNITS units.
+    Why these: a mean alone, or "positive on every unit", passes noise far more often than the interval says
+    (3-25 % of the time with 2-3 units and no true gain); an interval that excludes 0 alone calls a gain of
+    +0.001 reproduced. Both conditions together, at the family's level, say "reproduced" for a true gain of 0
+    at most ALPHA / 2 of the time (tests/test_verdicts.py simulates it)."""
+    if len(per_unit) < MIN_UNITS:
+        return "undecided"
+    mean = sum(per_unit) / len(per_unit)
+    if mean >= threshold and low > 0:
+        return "reproduced"
+    if mean <= -threshold and high < 0:
+        return "reversed"
+    if high < threshold:
+        return f"smaller than claimed: {mean:+.3f} [{low:+.3f}, {high:+.3f}], under +{threshold:g}"
+    return "undecided"
+
+
+def decide(family: dict[str, list[float]], threshold: float, fitted: dict[str, bool] | None = None,
+           alpha: float = ALPHA) -> dict[str, dict]:
+    """Every claim of one results table at once: {name: per-unit gains} -> {name: {per_unit, mean, low, high,
+    p, level, family, verdict}}. A claim whose models did not fit (fitted[name] False) or that has no unit left
+    is UNFIT; one with fewer than MIN_UNITS units is undecided.
+
+    Holm's adjustment over the table's m comparisons (all of them, measured or not): order the measured ones
+    by their two-sided p-value for "no gain" (a t-test over units); the one of rank r (0, 1, ...) is tested at
+    level alpha / (m - r) as long as every one before it was rejected, and once one is not, every later one
+    keeps that one's level, so none of them is rejected either. Each interval is the t-interval at its level
+    (1 - level confidence): it excludes 0 exactly when Holm rejects "no gain" for it."""
+    fitted, m, out = fitted or {}, len(family), {}
+    measured = {}
+    for name, values in family.items():
+        values = [float(v) for v in values]
+        if not fitted.get(name, True) or not values:  # measured or not, no verdict: the mean is shown as it is
+            out[name] = {"per_unit": values, "family": m, "verdict": UNFIT,
+                         **({"mean": sum(values) / len(values)} if values else {})}
+        elif len(values) < MIN_UNITS:
+            out[name] = {"per_unit": values, "mean": sum(values) / len(values), "family": m,
+                         "verdict": f"undecided ({len(values)} unit(s): {MIN_UNITS} needed)"}
+        else:
+            measured[name] = values
+    level, rejecting = alpha / m if m else alpha, True
+    for rank, name in enumerate(sorted(measured, key=lambda n: p_value(measured[n]))):
+        p = p_value(measured[name])
+        if rejecting:
+            level = alpha / (m - rank)
+            rejecting = p <= level
+        mean, low, high = t_interval(measured[name], level)
+        out[name] = {"per_unit": measured[name], "mean": mean, "low": low, "high": high, "p": p, "level": level,
+                     "family": m, "verdict": rule(measured[name], low, high, threshold)}
+    return {name: out[name] for name in family}
+
+
+def p_value(values: list[float]) -> float:
+    """Two-sided p-value of "the mean gain is 0" from a t-test over independent units (n - 1 degrees of freedom)."""
+    n = len(values)
+    mean = sum(values) / n
+    sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+    if sd == 0:
+        return 0.0 if mean else 1.0
+    return t_tail(mean / (sd / n ** 0.5), n - 1)
 
 
 def unit_verdict(per_unit, threshold: float, fitted: bool = True) -> dict:
-    """The verdict on a claimed gain from its value on each independent unit (for a fine-tuning method, the
-    mean over fine-tuning seeds on one pretrained base), with its mean and 95 % t-interval:
-    - reproduced: >= threshold on average and positive on every unit;
-    - not reproduced (reversed): <= -threshold on average and negative on every unit;
-    - not reproduced: the interval lies below the threshold, so it excludes the claimed gain;
-    - undecided: anything else (the interval straddles the threshold, or the units disagree);
-    - undecided (models did not fit): fitted is False, or no unit is left to measure (UNFIT).
-    The caller decides what fitted, and leaves out what did not (bases in ryarn, tasks in encodings). One unit
-    alone has no interval, and no replication to decide on: undecided."""
-    values = [float(v) for v in per_unit]
-    if not fitted or not values:
-        return {"per_unit": values, "verdict": UNFIT}
-    if len(values) < 2:
-        return {"per_unit": values, "mean": values[0], "verdict": "undecided"}
-    mean, low, high = t_interval(values)
-    if mean >= threshold and min(values) > 0:
-        outcome = "reproduced"
-    elif mean <= -threshold and max(values) < 0:
-        outcome = "not reproduced (reversed)"
-    elif high < threshold:
-        outcome = "not reproduced"
-    else:
-        outcome = "undecided"
-    return {"per_unit": values, "mean": mean, "low": low, "high": high, "verdict": outcome}
+    """One claimed gain alone: a table of one comparison (decide)."""
+    return decide({"claim": list(per_unit)}, threshold, {"claim": fitted})["claim"]
+
+
+def caption(family: dict[str, dict], alpha: float = ALPHA) -> str:
+    """What a table's verdicts rest on, for the line above it: the family and its adjusted levels."""
+    m = len(family)
+    levels = sorted({r["level"] for r in family.values() if "level" in r})
+    shown = ", ".join(f"{1 - v:.4g}" for v in levels) or "none measured"
+    return (f"One family of {m} comparison(s), Holm-adjusted at {alpha:g} over the table: each interval is the "
+            f"t-interval over independent units at its adjusted confidence ({shown}).")
+
+
+def failed(outcome: str) -> bool:
+    """Whether a verdict says the claim does not hold (as opposed to: holds, or cannot be told)."""
+    return outcome.startswith(("not reproduced", "reversed", "smaller than claimed"))
+
+
+def short(outcome: str) -> str:
+    """A verdict as a summary table writes it: "smaller than claimed: +0.026 [...], under +0.05" ->
+    "smaller than claimed" (the numbers stand in their own column)."""
+    return outcome.split(": ")[0] if outcome.startswith("smaller than claimed") else outcome
 
 
 def all_of(verdicts: list[str]) -> str:
@@ -175,8 +304,7 @@ def all_of(verdicts: list[str]) -> str:
     comparison reproduced -> reproduced; one decidedly failing -> the claim fails (partly, where another
     holds); otherwise some comparison is open, and so is the claim: undecided, or UNFIT where none could
     be measured on fitted models."""
-    failed = [v for v in verdicts if v.startswith("not reproduced")]
-    if failed:
+    if any(failed(v) for v in verdicts):
         return verdict(False, "reproduced" in verdicts)
     if verdicts and all(v == "reproduced" for v in verdicts):
         return "reproduced"

@@ -18,14 +18,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import re
 import sys
 import time
 
 import torch
 
 from eval import command_line, evaluate_table, load_run, plot_curves, scale_name
-from experiments.common import (FIT_BAR, UNFIT, fmt, line_styles, map_jobs, seed_curve, spread, train_once, verdict,
-                                write_results)
+from experiments.common import (FIT_BAR, UNFIT, fmt, line_styles, map_jobs, rerender, seed_curve, spread, train_once,
+                                verdict, write_results)
 
 DISTANCE_ENCODINGS = ("nope", "rope", "alibi")
 STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every panel
@@ -324,12 +325,11 @@ def verdict_block(result: dict) -> list[str]:
 def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
     """What was run and on what; the task as measured; Paper D's setup beside this run's."""
     setup = data["settings"]
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
+    machine = data.get("machine", "a machine distance.json does not record")
     width, layers, heads = setup["width"], setup["layers"], setup["heads"]
     md = ["# Distance generalization (Paper D, arXiv 2609.11913)\n",
           f"`{data['command']}` took {data['runtime_s'] / 60:.1f} minutes on {machine}, {jobs} model(s) at a time, "
-          f"{threads} torch thread(s) each "
-          f"(load average {os.getloadavg()[0]:.1f} at the end). Every number below "
+          f"{threads} torch thread(s) each. Every number below "
           "comes from that run; per-delay curves of every seed are in `distance.json`.\n",
           "Paper D asks whether a positional encoding helps a transformer copy tokens across delays it never saw "
           "in training, at a fixed context length. A delay copy episode (task C) is m source tokens, a control "
@@ -526,12 +526,35 @@ def figure(data: dict):
     return draw
 
 
+def summary(data: dict) -> str:
+    """README.md's table: each of Paper D's questions, how many of its sub-claims hold, and its verdict."""
+    rows = ["| question (Paper D) | sub-claims that hold | verdict |", "|---|---|---|"]
+    for name, r in data["verdicts"].items():
+        gate = next((c for c in r["checks"] if c.get("gate")), None)
+        held = [c["holds"] for c in r["checks"] if not c.get("gate")]
+        counted = "fit gate failed" if gate and not gate["holds"] else f"{sum(map(bool, held))} of {len(held)}"
+        rows.append(f"| {name} | {counted} | {r['verdict']} |")
+    return "\n".join(rows) + "\n"
+
+
+def render(data: dict):
+    """The results decided again from their numbers under the current rule (eval.py --render). The jobs and
+    threads the markdown states are read from the recorded command."""
+    measured = {part: data[part] for part in ("size", "A", "B", "C")}
+    data = {**data, "verdicts": claims(data["settings"], measured)}
+    jobs, threads = (int(m.group(1)) if (m := re.search(rf"--{flag} (\d+)", data["command"])) else 1
+                     for flag in ("jobs", "threads"))
+    return data, markdown(data, jobs, threads), figure(data)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------------------------
 
 
 def run(args) -> None:
+    if args.render:
+        return rerender("distance", render, args)
     scale = scale_name(args)
     setup = SCALES[scale]
     start = time.perf_counter()
@@ -542,6 +565,9 @@ def run(args) -> None:
     trained = dict(zip(keys, map_jobs(curve_worker, [(setup, scale, args, *key) for key in keys], args.jobs,
                                       args.threads or 1)))
     measured = parts(setup, trained)
+    machine = (f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} (load average "
+               f"{os.getloadavg()[0]:.1f} at the end)")
     data = {"command": command_line(args), "scale": scale, "settings": setup, "runtime_s": time.perf_counter() - start,
+            "machine": machine,
             "transfer_margin": TRANSFER_MARGIN, "verdicts": claims(setup, measured), **measured}
     write_results("distance", markdown(data, args.jobs, args.threads or 1), data, figure(data), args.out_dir)

@@ -30,8 +30,8 @@ import lengen
 import tasks
 import train
 from eval import command_line, evaluate, load_run, scale_name
-from experiments.common import (FIT_BAR, THRESHOLD, UNFIT, all_of, beyond, cpu_seconds, fmt, map_jobs, spread,
-                                train_once, unit_verdict, write_results)
+from experiments.common import (FIT_BAR, THRESHOLD, UNFIT, all_of, beyond, caption, cpu_seconds, decide, fmt, map_jobs,
+                                rerender, short, spread, train_once, write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The setup
@@ -116,15 +116,14 @@ def chance(task: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The published findings, as claims, and the rule (common.unit_verdict, fixed before the run)
+# The published findings, as claims, and the rule (common.decide, fixed before the run)
 # ---------------------------------------------------------------------------------------------------------
 #
 # A comparison "A beats B" is measured on the tasks where both cells fitted (MIN_SEEDS seeds or more, every one
 # fitted). Per seed, the mean over those tasks of A's accuracy beyond L minus B's; the seeds are the
-# independent units of common.unit_verdict: reproduced when the mean is >= THRESHOLD and every seed is positive,
-# not reproduced when the 95 % t-interval lies below THRESHOLD (reversed: <= -THRESHOLD, every seed negative),
-# undecided otherwise, and "undecided (models did not fit)" when no task has both cells fitted. A claim that A
-# beats several encodings needs each comparison (common.all_of).
+# independent units. Every comparison of the claims table is one family (common.decide: Holm over the table),
+# "undecided (models did not fit)" when no task has both cells fitted. A claim that A beats several encodings
+# needs each comparison (common.all_of).
 
 PAPER = {
     "randomized positions help": "Ruoss et al. (2305.16843): randomized positions raise test accuracy beyond the "
@@ -147,47 +146,55 @@ def cell_fitted(steps: dict, task: str, row: str) -> bool:
 
 def gain(accuracy: dict, steps: dict, triples: list[tuple[str, str, str]], at=beyond) -> dict:
     """(task, better, worse) comparisons pooled: per seed, the mean of at(better) - at(worse) over the triples
-    whose two cells fitted; its verdict by common.unit_verdict, and how many triples of how many it rests on."""
+    whose two cells fitted, and how many triples of how many it rests on."""
     kept = [(t, b, w) for t, b, w in triples if cell_fitted(steps, t, b) and cell_fitted(steps, t, w)]
     counts = {len(accuracy[t][row]) for t, b, w in kept for row in (b, w)}
     assert len(counts) <= 1, "every cell holds the same seeds, in the same order"
     seeds = counts.pop() if counts else 0
     per_seed = [sum(at(accuracy[t][b][s]) - at(accuracy[t][w][s]) for t, b, w in kept) / len(kept)
                 for s in range(seeds)]
-    return {**unit_verdict(per_seed, THRESHOLD, fitted=bool(kept)), "tasks": [t for t, _, _ in kept],
-            "of": len(triples)}
+    return {"per_unit": per_seed, "tasks": [t for t, _, _ in kept], "of": len(triples)}
 
 
 def shown(g: dict, what: str = "tasks") -> str:
-    """'+0.123 [+0.050, +0.196] (2 of 3 tasks)': the mean and t-interval over seeds, and how many of the
-    comparisons had both cells fitted; or 'not fitted'."""
-    if g["verdict"] == UNFIT:
+    """'+0.123 [+0.050, +0.196] (2 of 3 tasks)': the mean and adjusted interval over seeds (the mean alone when
+    it was not tested), and how many of the comparisons had both cells fitted; or 'not fitted'."""
+    if not g["tasks"]:
         return "not fitted"
-    interval = f" [{g['low']:+.3f}, {g['high']:+.3f}]" if len(g["per_unit"]) > 1 else ""
-    return f"{g['mean']:+.3f}{interval} ({len(g['tasks'])} of {g['of']} {what})"
+    mean = sum(g["per_unit"]) / len(g["per_unit"])
+    interval = f" [{g['low']:+.3f}, {g['high']:+.3f}]" if "low" in g else ""
+    return f"{mean:+.3f}{interval} ({len(g['tasks'])} of {g['of']} {what})"
 
 
 def claims(accuracy: dict, steps: dict, tasks_: list[str]) -> dict:
-    out = {}
+    """The claims table: its comparisons decided as one family (pooled randomized gain, each pairwise comparison
+    of the two "X is best" claims, xPos - RoPE); the by-encoding and at-L numbers are shown, not tested."""
     randomized = [e for e in ENCODINGS if e != "nope"]
     pairs = [(t, label(e, "randomized"), e) for e in randomized for t in tasks_]
-    pooled = gain(accuracy, steps, pairs)
+    family = {"randomized positions help": gain(accuracy, steps, pairs),
+              "xPos beats RoPE": gain(accuracy, steps, [(t, "xpos", "rope") for t in tasks_])}
+    fields = {"NoPE generalizes best": KAZEMNEJAD, "FIRE generalizes best": FIRE_FIELD}
+    for field in fields.values():
+        family |= {f"{field[0]} - {o}": gain(accuracy, steps, [(t, field[0], o) for t in tasks_]) for o in field[1:]}
+    decided = decide({k: g["per_unit"] for k, g in family.items()}, THRESHOLD,
+                     fitted={k: bool(g["tasks"]) for k, g in family.items()})
+    family = {k: {**g, **decided[k]} for k, g in family.items()}
     at_L = gain(accuracy, steps, pairs, at=lambda a: a[0])  # where nothing is extrapolated
     each = {e: gain(accuracy, steps, [(t, label(e, "randomized"), e) for t in tasks_]) for e in randomized}
-    out["randomized positions help"] = {
+    pooled = family["randomized positions help"]
+    out = {"randomized positions help": {
         **pooled, "measured": f"over every fitted (encoding, task) pair: {shown(pooled, 'pairs')}, at L itself "
                               f"{shown(at_L, 'pairs')}; by encoding: " + "; ".join(f"{e} {shown(g)}"
-                                                                                   for e, g in each.items()),
-        "by_encoding": {e: g["verdict"] for e, g in each.items()}}
-    for claim, field in (("NoPE generalizes best", KAZEMNEJAD), ("FIRE generalizes best", FIRE_FIELD)):
-        winner, others = field[0], field[1:]
-        each = {o: gain(accuracy, steps, [(t, winner, o) for t in tasks_]) for o in others}
-        out[claim] = {"measured": "; ".join(f"{winner} - {o} {shown(g)}" for o, g in each.items()),
+                                                                                   for e, g in each.items())}}
+    for claim, field in fields.items():
+        each = {o: family[f"{field[0]} - {o}"] for o in field[1:]}
+        out[claim] = {"measured": "; ".join(f"{field[0]} - {o} {shown(g)}" for o, g in each.items()),
                       "comparisons": {o: g["verdict"] for o, g in each.items()},
+                      "tasks": sorted(set().union(*(g["tasks"] for g in each.values()))),
                       "verdict": all_of([g["verdict"] for g in each.values()])}
-    g = gain(accuracy, steps, [(t, "xpos", "rope") for t in tasks_])
-    out["xPos beats RoPE"] = {**g, "measured": f"xpos - rope {shown(g)}"}
-    return out
+    xpos = family["xPos beats RoPE"]
+    out["xPos beats RoPE"] = {**xpos, "measured": f"xpos - rope {shown(xpos)}"}
+    return out, caption(family)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -259,14 +266,15 @@ def markdown(data: dict) -> str:
            *(choice(setup) if data["scale"] == "default" else []),
            "**The rule, fixed before the run.** A cell (task, encoding) counts when at least "
            f"{MIN_SEEDS} seeds ran and every one fitted; a comparison A - B is measured on the tasks where both "
-           "cells count: per seed, the mean over those tasks of A's accuracy beyond L minus B's. Reproduced: the "
-           f"mean is >= {THRESHOLD} and every seed positive; not reproduced: the 95 % t-interval over seeds lies "
-           f"below {THRESHOLD} (reversed: the mean <= -{THRESHOLD} and every seed negative); undecided: anything "
-           f"else; **{UNFIT}**: no task where both cells count. A claim that one encoding beats several needs each "
-           "comparison: reproduced when all are, not (or partly) reproduced when one fails, undecided otherwise.",
-           "", "## The published findings", "",
-           "| claim | what the paper says | measured here (beyond L, mean [95 % t-interval over seeds]) | verdict |",
-           "|---|---|---|---|"]
+           "cells count: per seed, the mean over those tasks of A's accuracy beyond L minus B's; the seeds are "
+           f"the independent units. Reproduced: the mean is >= {THRESHOLD} and the interval lies above 0; "
+           f"reversed: the mean <= -{THRESHOLD} and the interval below 0; smaller than claimed: the interval lies "
+           f"below {THRESHOLD}; undecided: anything else, and always with fewer than 3 seeds; **{UNFIT}**: no task "
+           "where both cells count. A claim that one encoding beats several needs each comparison: reproduced "
+           "when all are, not (or partly) reproduced when one fails, undecided otherwise.",
+           "", "## The published findings", "", data["caption"], "",
+           "| claim | what the paper says | measured here (beyond L, mean [adjusted interval over seeds]) | "
+           "verdict |", "|---|---|---|---|"]
     for claim, result in data["claims"].items():
         out.append(f"| {claim} | {PAPER[claim]} | {result['measured']} | **{result['verdict']}** |")
     out += ["", "## Steps to fit (per seed; — did not fit within the cap)", ""] + steps_grid(data)
@@ -277,6 +285,14 @@ def markdown(data: dict) -> str:
     out += ["", "Every number, and every model's train.py command: `results/encodings.json`. Heatmaps: "
             "`results/encodings.png`."]
     return "\n".join(out) + "\n"
+
+
+def summary(data: dict) -> str:
+    """README.md's table: each published claim, the tasks it could be measured on, its verdict."""
+    rows = ["| claim | measured on (tasks where every cell compared fitted) | verdict |", "|---|---|---|"]
+    for claim, r in data["claims"].items():
+        rows.append(f"| {claim} | {', '.join(sorted(set(r['tasks']))) or 'none'} | {short(r['verdict'])} |")
+    return "\n".join(rows) + "\n"
 
 
 def figure(data: dict):
@@ -319,6 +335,8 @@ def figure(data: dict):
 # ---------------------------------------------------------------------------------------------------------
 
 def run(args) -> None:
+    if args.render:
+        return rerender("encodings", render, args)
     scale = scale_name(args)
     setup = SCALES[scale]
     root = os.path.join("runs", "encodings", scale)
@@ -339,6 +357,14 @@ def run(args) -> None:
             "fit_bar": FIT_BAR, "models": len(jobs), "steps_trained": sum(r["steps"] for r in results),
             "lengths": [m * setup["L"] for m in MULTIPLES], "threshold": THRESHOLD,
             "chance": {t: chance(t) for t in setup["tasks"]}, "accuracy": accuracy, "steps_to_fit": steps,
-            "claims": claims(accuracy, steps, setup["tasks"]),
+
             "commands": ["python train.py " + " ".join(model_argv(*job)) for job in jobs]}
+    data["claims"], data["caption"] = claims(accuracy, steps, setup["tasks"])
     write_results("encodings", markdown(data), data, figure(data), args.out_dir)
+
+
+def render(data: dict):
+    """The results decided again from their numbers under the current rule (eval.py --render)."""
+    data = dict(data)
+    data["claims"], data["caption"] = claims(data["accuracy"], data["steps_to_fit"], data["settings"]["tasks"])
+    return data, markdown(data), figure(data)

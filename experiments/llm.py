@@ -26,8 +26,8 @@ from tqdm import tqdm
 import finetune
 import hf
 import train
-from eval import command_line, evaluate_llm, plot_curves, scale_name, t_interval
-from experiments.common import line_styles, map_jobs, write_results
+from eval import command_line, evaluate_llm, plot_curves, scale_name
+from experiments.common import FIT_BAR, UNFIT, caption, decide, line_styles, map_jobs, rerender, short, write_results
 from runs import UsageError, save_atomic
 
 # ---------------------------------------------------------------------------------------------------------
@@ -171,22 +171,45 @@ COMPARISONS = [("ryarn", "yarn"), ("ryarn-s1", "yarn-s1"), ("ryarn", "ft"), ("ry
 
 def paired(results: dict, better: str, worse: str, length: int) -> dict:
     """The difference better - worse in the answer's log-probability, prompt by prompt (every model answers the
-    same prompts), with its 95 % t-interval (n - 1 degrees of freedom); and in top-1 and exact match. It holds
-    when the log-probability interval lies above 0 (fixed before the run), is reversed when it lies below 0,
-    and is undecided otherwise. `detectable`: the half-width of that interval, the smallest mean difference
-    these n prompts could have told from 0."""
+    same prompts), and in top-1 and exact match. `differences`: the per-prompt log p differences that
+    comparisons() decides on."""
     rows = {m: next(r for r in results[m]["rows"] if r["length"] == length) for m in (better, worse)}
     pairs = list(zip(rows[better]["prompts"], rows[worse]["prompts"], strict=True))
-    mean, low, high = t_interval([b["logprob"] - w["logprob"] for b, w in pairs])
     top1 = sum(float(b["rank"] == 1) - float(w["rank"] == 1) for b, w in pairs) / len(pairs)
-    return {"better": better, "worse": worse, "length": length, "prompts": len(pairs), "logprob": mean, "low": low,
-            "high": high, "detectable": (high - low) / 2, "top1": top1,
+    return {"better": better, "worse": worse, "length": length, "prompts": len(pairs), "top1": top1,
             "exact": rows[better]["accuracy"] - rows[worse]["accuracy"],
-            "verdict": "holds" if low > 0 else "reversed" if high < 0 else "undecided"}
+            "differences": [b["logprob"] - w["logprob"] for b, w in pairs]}
 
 
-def comparisons(results: dict, lengths: list[int]) -> list[dict]:
-    return [paired(results, b, w, n) for b, w in COMPARISONS if b in results and w in results for n in lengths]
+# A fine-tune has learned the task when its exact match at the fine-tuning length, on held-out prompts, reaches
+# common.FIT_BAR; the pretrained model (base, base+yarn) is what it is, and counts as such.
+def fitted(results: dict, method: str, train_len: int) -> bool:
+    if method in ("base", "base+yarn"):
+        return True
+    return next(r for r in results[method]["rows"] if r["length"] == train_len)["accuracy"] >= FIT_BAR
+
+
+def comparisons(results: dict, lengths: list[int], train_len: int) -> tuple[list[dict], str]:
+    """Every comparison at every length, one family (common.decide: Holm over the table, prompts as the units,
+    a gain of any size): reproduced when the adjusted interval of the log p difference lies above 0, reversed
+    when below, undecided otherwise; undecided (models did not fit) when a fine-tune it compares did not fit.
+    `detectable`: the adjusted interval's half-width, the smallest mean difference these prompts could tell
+    from 0. A verdict that exact match contradicts (the other sign) says so."""
+    table = {f"{b} - {w} at {n}": paired(results, b, w, n) for b, w in COMPARISONS
+             if b in results and w in results for n in lengths}
+    decided = decide({k: c["differences"] for k, c in table.items()}, 0.0,
+                     fitted={k: fitted(results, c["better"], train_len) and fitted(results, c["worse"], train_len)
+                             for k, c in table.items()})
+    out = []
+    for key, c in table.items():
+        d = decided[key]
+        verdict = d["verdict"]
+        if (verdict, c["exact"] < 0) == ("reproduced", True) or (verdict, c["exact"] > 0) == ("reversed", True):
+            verdict += " (exact match disagrees)"
+        mean, (low, high) = d.get("mean", float("nan")), (d.get("low", float("nan")), d.get("high", float("nan")))
+        out.append({**{k: v for k, v in c.items() if k != "differences"}, "logprob": mean, "low": low,
+                    "high": high, "detectable": (high - low) / 2, "verdict": verdict})
+    return out, caption(decided)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -196,7 +219,7 @@ def comparisons(results: dict, lengths: list[int]) -> list[dict]:
 
 def markdown(data: dict) -> str:
     setup, results, context = data["settings"], data["results"], data["context"]
-    lengths = list(setup["samples"])
+    lengths = [int(n) for n in setup["samples"]]
     minutes = sum(r["minutes"] for r in results.values())
     lines = [f"# Paper R on SmolLM2-135M-Instruct ({data['scale']})\n",
              f"`{data['command']}`: {minutes:.0f} min in all ({data['machine']}); each method's minutes, "
@@ -231,17 +254,50 @@ def markdown(data: dict) -> str:
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {loss} | {result['minutes']:.1f} |")
     lines += ["", "Methods: " + "; ".join(f"`{m}`: {LABELS[m]}" for m in results) + ".", "",
               f"## Comparisons at every length, prompt by prompt (the model's own context: {context} tokens)", "",
-              "The rule, fixed before the run: a comparison holds when the 95 % t-interval of the prompt-paired "
-              "difference in the answer's log-probability lies above 0, is reversed when it lies below 0, and is "
-              "undecided otherwise. *detectable*: the interval's half-width, the smallest mean difference in log p "
-              "that these prompts could tell from 0.", "",
-              "| better − worse | tokens | prompts | log p difference [95 % t] | detectable | top-1 difference | "
+              "The rule: a comparison is reproduced when the interval of the prompt-paired difference in the "
+              "answer's log-probability lies above 0, reversed when it lies below 0, undecided otherwise; every "
+              "comparison of the table is one family (Holm), and a comparison whose fine-tune did not fit (exact "
+              f"match at {setup['train_len']} tokens, its fine-tuning length, >= {FIT_BAR}) is undecided (models "
+              "did not fit). *detectable*: the interval's half-width, the smallest mean difference in log p that "
+              "these prompts could tell from 0. One fine-tuning seed: no fine-tuning-seed variance is in these "
+              "intervals.", "", data["caption"], "",
+              "| better − worse | tokens | prompts | log p difference [adjusted t] | detectable | top-1 difference | "
               "exact difference | verdict |", "|---|---:|---:|---:|---:|---:|---:|---|"]
     lines += [f"| {c['better']} − {c['worse']} | {c['length']} | {c['prompts']} | {c['logprob']:+.2f} "
-              f"[{c['low']:+.2f}, {c['high']:+.2f}] | {c['detectable']:.2f} | {c['top1']:+.2f} | {c['exact']:+.2f} | "
-              f"**{c['verdict']}** |" for c in data["comparisons"]]
+              + (f"[{c['low']:+.2f}, {c['high']:+.2f}] | {c['detectable']:.2f}" if c["low"] == c["low"] else "| —")
+              + f" | {c['top1']:+.2f} | {c['exact']:+.2f} | **{c['verdict']}** |" for c in data["comparisons"]]
     lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
     return "\n".join(lines) + "\n"
+
+
+def summary(data: dict) -> str:
+    """README.md's table: each method's answer log-probability at every length, exact match at the longest two."""
+    lengths = [int(n) for n in data["settings"]["samples"]]
+    rows = ["| method | log p at " + " | ".join(map(str, lengths)) + " tokens | exact at "
+            + " | ".join(map(str, lengths[-2:])) + " |", "|---|" + "---:|" * (len(lengths) + 2)]
+    for method, result in data["results"].items():
+        at = {r["length"]: r for r in result["rows"]}
+        rows.append(f"| {method} | " + " | ".join(f"{at[n]['logprob']:.2f}" for n in lengths) + " | "
+                    + " | ".join(f"{at[n]['accuracy']:.2f}" for n in lengths[-2:]) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def comparisons_table(data: dict) -> str:
+    """docs/llm.md's table: the headline comparisons at every length, log p difference [adjusted interval] and
+    verdict; † marks a comparison with a fine-tune that did not fit (no verdict, no interval)."""
+    lengths = [int(n) for n in data["settings"]["samples"]]
+    rows = ["| better − worse | " + " | ".join(f"{n} tokens" for n in lengths) + " |",
+            "|---|" + "---|" * len(lengths)]
+    for better, worse in (("ryarn", "yarn"), ("ryarn", "ft"), ("yarn", "ft"), ("ryarn", "base+yarn")):
+        cells = []
+        for c in (c for c in data["comparisons"] if (c["better"], c["worse"]) == (better, worse)):
+            if c["verdict"] == UNFIT:
+                cells.append(f"{c['logprob']:+.2f} †")
+            else:
+                cells.append(f"{c['logprob']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}] {short(c['verdict'])}")
+        if cells:
+            rows.append(f"| {better} − {worse} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n\n† a fine-tune compared did not fit: undecided (models did not fit).\n"
 
 
 def figure(data: dict):
@@ -278,6 +334,8 @@ def figure(data: dict):
 
 
 def run(args) -> None:
+    if args.render:
+        return rerender("llm", render, args)
     scale = scale_name(args)
     setup = SCALES[scale]
     if not hf.smollm2_gguf():
@@ -298,5 +356,14 @@ def run(args) -> None:
     data = {"command": command_line(args), "scale": scale, "settings": setup, "factor": FACTOR, "context": context,
             "machine": f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads" if args.device == "cpu"
             else args.device, "invocation_minutes": (time.perf_counter() - start) / 60, "results": results,
-            "comparisons": comparisons(results, list(setup["samples"]))}
+            }
+    data["comparisons"], data["caption"] = comparisons(results, list(setup["samples"]), setup["train_len"])
     write_results("llm", markdown(data), data, figure(data), args.out_dir)
+
+
+def render(data: dict):
+    """The results decided again from their numbers under the current rule (eval.py --render)."""
+    data = dict(data)
+    lengths = [int(n) for n in data["settings"]["samples"]]
+    data["comparisons"], data["caption"] = comparisons(data["results"], lengths, data["settings"]["train_len"])
+    return data, markdown(data), figure(data)

@@ -20,8 +20,8 @@ import torch
 import lengen
 import tasks
 from eval import command_line, evaluate, load_run, plot_curves, scale_name
-from experiments.common import (FIT_BAR, UNFIT, fmt, line_styles, map_jobs, seed_curve, spread, train_once, verdict,
-                                write_results)
+from experiments.common import (FIT_BAR, UNFIT, fmt, line_styles, map_jobs, rerender, seed_curve, spread, train_once,
+                                verdict, write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The analysis
@@ -709,6 +709,27 @@ def markdown(data: dict) -> str:
     return "\n".join(lines)
 
 
+def summary(data: dict) -> str:
+    """README.md's table: each claim (its name: what comes before a colon, else at most 78 characters) and
+    its verdict."""
+    def name(claim: str) -> str:
+        claim = claim.split(":")[0]
+        return claim if len(claim) <= 78 else claim[:claim.rfind(" ", 0, 77)] + " …"
+    rows = ["| claim (Paper A; 8: lengen's own) | verdict |", "|---|---|"]
+    rows += [f"| {name(c['claim'])} | {c['verdict']} |" for c in data["claims"]]
+    return "\n".join(rows) + "\n"
+
+
+def render(data: dict):
+    """The results decided again from their numbers under the current rule (eval.py --render). JSON wrote the
+    linear heads' cut-offs (floats) as text; they are numbers again here."""
+    for run in data["runs"]:
+        if "correlation_by_rcond" in run:
+            run["correlation_by_rcond"] = {float(k): v for k, v in run["correlation_by_rcond"].items()}
+    data = {**data, "claims": claims(data)}
+    return data, markdown(data), figure(data)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------------------------
@@ -716,6 +737,8 @@ def markdown(data: dict) -> str:
 
 def run(args) -> None:
     """Paper A, claims 1-7 of its abstract plus lengen's regularization sweep (claim 8)."""
+    if args.render:
+        return rerender("retrieval", render, args)
     scale = scale_name(args)
     setup, hi = SCALES[scale], RETRIEVAL_TRAIN_MAX
     threads = args.threads or 1

@@ -282,33 +282,48 @@ def test_score_prompt_equals_a_full_forward_and_generate(tiny_llm):
 def test_llm_comparison_is_prompt_paired():
     """Bug caught: comparing methods on their means alone (unpaired), or with the sign of better - worse
     flipped: the verdict must follow the per-prompt differences, with a t-interval (4 prompts: 3.18 standard
-    errors, not 1.96)."""
+    errors, not 1.96, for a table of one comparison)."""
     from experiments import llm
 
-    def method(logprobs):
-        return {"rows": [{"length": 100, "accuracy": 0.0, "prompts": [{"logprob": v, "rank": 2} for v in logprobs]}]}
+    def method(logprobs, exact=0.95):
+        return {"rows": [{"length": 100, "accuracy": exact, "prompts": [{"logprob": v, "rank": 2} for v in logprobs]}]}
 
     results = {"a": method([-5.0, -3.0, -8.0, -1.0]), "b": method([-6.0, -4.0, -9.0, -2.5])}
-    holds = llm.paired(results, "a", "b", 100)
-    assert holds["logprob"] == pytest.approx(1.125) and holds["verdict"] == "holds"  # a beats b on every prompt
-    assert holds["detectable"] == pytest.approx(3.182 * 0.25 / 2, rel=1e-3)  # sd of (1, 1, 1, 1.5) is 0.25
-    assert llm.paired(results, "b", "a", 100)["verdict"] == "reversed"
+    pair = llm.paired(results, "a", "b", 100)
+    assert pair["differences"] == [1.0, 1.0, 1.0, 1.5]
+    llm.COMPARISONS, saved = [("a", "b")], llm.COMPARISONS
+    try:
+        (holds,), _ = llm.comparisons(results, [100], train_len=100)
+        assert holds["logprob"] == pytest.approx(1.125) and holds["verdict"] == "reproduced"
+        assert holds["detectable"] == pytest.approx(3.182 * 0.25 / 2, rel=1e-3)  # sd of (1, 1, 1, 1.5) is 0.25
+        llm.COMPARISONS = [("b", "a")]
+        assert llm.comparisons(results, [100], train_len=100)[0][0]["verdict"] == "reversed"
+        results["a"]["rows"][0]["accuracy"] = 0.9  # exact match lower for the better one: said beside the verdict
+        llm.COMPARISONS = [("a", "b")]
+        assert llm.comparisons(results, [100], train_len=100)[0][0]["verdict"] == "reproduced (exact match disagrees)"
+        results["a"] = method([-5.0, -3.0, -8.0, -1.0], exact=0.5)  # under the fit bar at its training length
+        assert llm.comparisons(results, [100], train_len=100)[0][0]["verdict"] == "undecided (models did not fit)"
+    finally:
+        llm.COMPARISONS = saved
 
 
-def test_llm_comparisons_at_every_length():
+def test_llm_comparisons_at_every_length_are_one_family():
     """Bug caught: comparisons made beyond the model's context only (at 512 tokens a reversed difference went
-    unreported), or a pair left out where both of its methods were run."""
+    unreported), a pair left out where both of its methods were run, or each comparison tested alone (20
+    unadjusted tests at 0.05)."""
     from experiments import llm
 
     def method(shift):
-        return {"rows": [{"length": n, "accuracy": 0.5, "prompts": [{"logprob": -2.0 + shift + 0.1 * i, "rank": 1}
-                                                                  for i in range(5)]} for n in (512, 2048, 10240)]}
+        return {"rows": [{"length": n, "accuracy": 0.95, "prompts": [{"logprob": -2.0 + shift + 0.1 * i, "rank": 1}
+                                                                   for i in range(5)]} for n in (512, 2048, 10240)]}
 
     results = {"ryarn": method(-1.0), "yarn": method(0.0), "ft": method(0.5)}
-    rows = llm.comparisons(results, [512, 2048, 10240])
+    rows, caption = llm.comparisons(results, [512, 2048, 10240], train_len=512)
     assert {(c["better"], c["worse"], c["length"]) for c in rows} == {
         (b, w, n) for b, w in [("ryarn", "yarn"), ("ryarn", "ft"), ("yarn", "ft")] for n in (512, 2048, 10240)}
     assert {c["verdict"] for c in rows} == {"reversed"}  # every difference is constant and negative
+    assert "One family of 9 comparison(s)" in caption
+
 
 def test_llm_scores_are_reused_only_for_the_model_they_measured(tmp_path):
     """Bug caught (#24 item 4): runs/llm-SCALE/METHOD/eval.json was reused after its run was replaced with

@@ -1,0 +1,69 @@
+"""Results that render themselves: every claims table in README.md and docs/*.md, and every results/NAME.md, is
+what the experiment's own code renders from the committed results/NAME.json; no committed verdict contradicts
+its own numbers."""
+import json
+import os
+
+import pytest
+
+from experiments import common
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXPERIMENTS = ("retrieval", "distance", "ryarn", "llm", "encodings")
+
+
+def read(path: str) -> str:
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("page", [os.path.relpath(p, ROOT) for p in common.pages()])
+def test_every_rendered_table_is_what_its_experiment_renders(page):
+    """Bug caught: a number or verdict typed into README.md or docs/ that its results json does not render
+    (the README's ryarn table said "reproduced" where its json, decided again, says undecided)."""
+    text = read(page)
+    assert common.render_blocks(text) == text, f"{page}: run python eval.py --experiment NAME --render"
+
+
+def test_the_readme_renders_every_experiments_table():
+    blocks = {m.group(2) for m in common.BLOCK.finditer(read("README.md"))}
+    assert blocks == set(EXPERIMENTS)
+
+
+def test_a_typed_number_in_a_rendered_table_is_caught():
+    text = read("README.md")
+    block = next(common.BLOCK.finditer(text)).group(4)
+    edited = text.replace(block, block.replace("reproduced", "not reproduced", 1))
+    assert edited != text and common.render_blocks(edited) != edited
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_each_results_file_is_what_its_json_renders(name):
+    """results/NAME.md is the markdown the experiment writes from results/NAME.json (decided by the current
+    rule: python eval.py --experiment NAME --render): its verdicts cannot drift from its numbers."""
+    module = __import__(f"experiments.{name}", fromlist=["render"])
+    with open(os.path.join(ROOT, "results", f"{name}.json"), encoding="utf-8") as f:
+        data, markdown, _ = module.render(json.load(f, object_hook=common.int_keys))
+    assert read(f"results/{name}.md").startswith(markdown.rstrip("\n"))
+    assert json.loads(json.dumps(data)) == json.loads(read(f"results/{name}.json"))
+
+
+def reproduced_without_support(x, path=""):
+    """Every "reproduced" in a results json whose own interval includes 0, or that rests on fewer than 3 units."""
+    if isinstance(x, dict):
+        if x.get("verdict") == "reproduced" and isinstance(x.get("per_unit"), list):
+            if len(x["per_unit"]) < common.MIN_UNITS or not x.get("low", 0) > 0:
+                yield path
+        for k, v in x.items():
+            yield from reproduced_without_support(v, f"{path}/{k}")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from reproduced_without_support(v, f"{path}[{i}]")
+
+
+def test_no_committed_reproduced_rests_on_an_interval_that_includes_zero():
+    found = [f"{name}{p}" for name in EXPERIMENTS
+             for p in reproduced_without_support(json.loads(read(f"results/{name}.json")))]
+    assert not found, found
+    planted = {"claims": {"x": {"verdict": "reproduced", "per_unit": [0.1, 0.2, -0.05], "low": -0.01}}}
+    assert list(reproduced_without_support(planted)) == ["/claims/x"]
