@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import functools
 import importlib
+import io
 import json
 import math
 import os
@@ -39,8 +40,8 @@ import hf
 import lengen
 import tasks
 import text_tasks
-from runs import (Interrupted, Parser, RunConfig, UsageError, check_machine, check_memory, closed_stdout, finite, hold,
-                  int_set, load_checkpoint, read_config)
+from runs import (RUN_FILES, Interrupted, Parser, RunConfig, UsageError, check_machine, check_memory, closed_stdout,
+                  finite, hold, int_set, load_checkpoint, read_config, save_atomic)
 
 # ---------------------------------------------------------------------------------------------------------
 # Loading a run
@@ -262,6 +263,13 @@ def pyplot():
         return None
 
 
+def save_figure(fig, path: str) -> None:
+    """A figure as PNG, written whole or not at all; its file name is the one given, whatever it ends with."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120)
+    save_atomic(path, lambda f: f.write(buffer.getvalue()))
+
+
 def plot_curves(ax, curves: dict[str, list[dict]], key: str, train_range=None, log_x=True, styles=None):
     """One line per label: accuracy (with its 95 % band) against length or delay. styles[label] holds its
     colour and line style (line_styles), so that it looks the same in every panel; without, matplotlib's
@@ -321,23 +329,27 @@ def eval_command(args) -> None:
              else ",".join(map(str, cfg.task_options["delays"]))))
     print(markdown_table(rows, key))
     print(f"({args.samples} sequences per {key}, {time.perf_counter() - start:.1f} s)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"run": args.run, "config": cfg.saved(), "rows": rows}, f, indent=1)
+    if args.json:  # written whole or not at all (runs.save_atomic), as every file lengen writes
+        text = json.dumps({"run": args.run, "config": cfg.saved(), "rows": rows}, indent=1)
+        save_atomic(args.json, lambda f: f.write(text.encode()))
     if args.plot and (plt := pyplot()):
         fig, ax = plt.subplots(figsize=(5, 3.5))
         trained = cfg.train_len if key == "length" else (min(cfg.task_options["delays"]),
                                                              max(cfg.task_options["delays"]))
         plot_curves(ax, {label: rows}, key, trained, log_x=key == "length")
         fig.tight_layout()
-        fig.savefig(args.plot, dpi=120)
+        save_figure(fig, args.plot)
         print(f"figure: {args.plot}")
 
 
 def check_writable(path: str | None, flag: str) -> None:
-    """Refuse, before anything is computed, a --json or --plot file that could not be written."""
+    """Refuse, before anything is computed, a --json or --plot file that could not be written, or that is a
+    run's own file (its config.json, checkpoint, log...): writing it would lose the run."""
     if path is None:
         return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(os.path.normpath(path)) in RUN_FILES and os.path.isfile(os.path.join(folder, "config.json")):
+        raise UsageError(f"{flag} {path}: that is a file of the run in {folder}; give another name")
     existed = os.path.exists(path)
     try:
         open(path, "a").close()  # what writing it will take, without changing a file that is there
@@ -372,8 +384,8 @@ def llm_eval_command(args) -> None:
     print(markdown_table(rows))
     print(f"({samples} prompts per length, {time.perf_counter() - start:.0f} s)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"model": label, "task": task, "rows": rows}, f, indent=1)
+        text = json.dumps({"model": label, "task": task, "rows": rows}, indent=1)
+        save_atomic(args.json, lambda f: f.write(text.encode()))
 
 
 def experiment_names() -> list[str]:
@@ -431,8 +443,9 @@ def check_out_dir(name: str, args) -> None:
         try:
             with open(path, encoding="utf-8") as f:
                 previous = json.load(f).get("command")
-        except (ValueError, AttributeError):  # not JSON, or not an experiment's
-            previous = None
+        except (ValueError, AttributeError):  # not JSON (cut short?), or not an experiment's
+            raise UsageError(f"{path} is not an experiment's results (not readable JSON, or cut short): give "
+                             "--force to replace it") from None
         if previous != command_line(args):
             raise UsageError(f"{path} holds the results of `{previous}`, not of this command: give another "
                              "--out-dir, or --force to replace them")

@@ -17,6 +17,7 @@ import contextlib
 import importlib
 import importlib.util
 import json
+import math
 import os
 import time
 
@@ -28,7 +29,7 @@ import dist
 import hf
 import lengen
 import text_tasks
-from runs import (UsageError, beside, check_out, check_runtime, hold, learning_rate, open_log, physical_memory,
+from runs import (UsageError, build_folder, check_out, check_runtime, hold, learning_rate, open_log, physical_memory,
                   prepare_run_dir, refuse_unused, set_learning_rate, swap_in, write_config)
 
 
@@ -245,6 +246,11 @@ def train(cfg: dict, on_step=None):
         losses, highest, norm = take_step(model, params, optimizer, mine, device, cfg["bf16"], step, on_step)
         tokens += sum(ids.shape[1] for ids, _, _ in mine)
         loss_sum, all_tokens = dist.total([sum(losses), tokens])
+        if not math.isfinite(loss_sum):  # every process sees the same sum: all stop, and nothing is saved
+            error = UsageError(f"loss is {loss_sum} at step {step + 1}: training diverged (lower --lr); nothing "
+                               "was saved")
+            error.everywhere = True
+            raise error
         rate = all_tokens / (time.perf_counter() - tick)
         row = {"step": step + 1, "loss": round(loss_sum / cfg["global_batch"], 5),
                "range": max_position if randomized else None, "max_position": int(dist.total([highest], "max")[0]),
@@ -316,7 +322,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, on_step=None)
     with hold(cfg["out"]) if lead else contextlib.nullcontext():
         model, tokenizer, cfg = train(cfg, on_step)  # builds the run beside --out (prepare_run_dir)
         if lead:
-            swap_in(beside(cfg["out"], "new"), cfg["out"])
+            swap_in(build_folder(cfg["out"]), cfg["out"])
     dist.stop()
     if lead and not cfg["quiet"]:
         print(f"saved {cfg['out']}/model ({cfg['method']}); measure it with: python eval.py {cfg['out']}")

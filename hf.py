@@ -245,6 +245,9 @@ def _score_prompt(model, tokenizer, prompt, answer, candidates, device, max_new_
     ids = ids.to(device)
     out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, logits_to_keep=1)
     first = out.logits[0, -1].float().log_softmax(-1)  # the next token after the prompt
+    if not torch.isfinite(first).all():  # NaN compares false with everything: the rank would read 1, a perfect score
+        raise UsageError(f"the model's outputs after a {n_prompt}-token prompt are not finite (NaN or inf): no "
+                         "score to report")
     target = torch.tensor(answer_ids(tokenizer, answer), device=device)
     rank = None
     if candidates:

@@ -44,10 +44,15 @@ def save_atomic(path: str, write) -> None:
     """write(f) fills a temporary file that is flushed to the disk before it is renamed over `path`, and the
     rename is flushed too: a kill or a power cut leaves the old file or the new one, never a part of one."""
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:  # a full disk, a size limit, a kill signal turned exception: no half file is left
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
     os.replace(tmp, path)
     sync_folder(os.path.dirname(path))
 
@@ -160,9 +165,18 @@ RUN_FILES = ("config.json", "checkpoint.pt", "log.jsonl", "final.json", "fit.jso
 
 
 def beside(out: str, suffix: str) -> str:
-    """A hidden name next to the run folder: runs/NAME -> runs/.NAME.lock, runs/.NAME.new."""
-    parent, name = os.path.split(os.path.abspath(out))
+    """A hidden name next to the run folder: runs/NAME -> runs/.NAME.lock, runs/.NAME.new. Of the folder itself,
+    not of a name for it: a symlink runs/far -> /scratch/run gives /scratch/.run.lock."""
+    parent, name = os.path.split(os.path.realpath(out))
     return os.path.join(parent, f".{name}.{suffix}")
+
+
+def build_folder(out: str) -> str:
+    """Where a new run is built before it takes out's place: inside `out` when that is a folder already (so on
+    the filesystem of the files it replaces, even when out is a symlink to another disk or a mount point),
+    else beside it, where a rename makes it `out`."""
+    real = os.path.realpath(out)
+    return os.path.join(real, ".lengen.new") if os.path.isdir(real) else beside(real, "new")
 
 
 @contextlib.contextmanager
@@ -197,7 +211,8 @@ def hold(out: str, holder: str = "train.py"):
 
 
 def tidy(out: str) -> None:
-    shutil.rmtree(beside(out, "new"), ignore_errors=True)
+    for left in (beside(out, "new"), os.path.join(out, ".lengen.new"), os.path.join(out, ".lengen.old")):
+        shutil.rmtree(left, ignore_errors=True)
     for tmp in (os.path.join(out, name + ".tmp") for name in RUN_FILES):
         if os.path.isfile(tmp):
             os.remove(tmp)
@@ -209,42 +224,65 @@ def physical_memory() -> int:
 
 
 def check_out(out: str, force: bool) -> None:
-    if os.path.exists(os.path.join(out, "config.json")) and not force:
-        raise UsageError(f"{out} already holds a run: --resume to continue it, --force to overwrite it")
+    """`out` may take a new run: it holds none (or --force replaces it), and no file there that a run writes
+    (model/, checkpoint.pt, ...) belongs to something else, since the new run would replace it."""
+    if os.path.exists(os.path.join(out, "config.json")):
+        if not force:
+            raise UsageError(f"{out} already holds a run: --resume to continue it, --force to overwrite it")
+        return
+    foreign = [name for name in RUN_FILES if os.path.lexists(os.path.join(out, name))]
+    if foreign:
+        raise UsageError(f"{out} holds {', '.join(foreign)} but no run (no config.json): a run there would replace "
+                         "them; give an empty or new folder")
 
 
 def prepare_run_dir(out: str, force: bool) -> str:
-    """Check that `out` may take a new run, and make the empty folder beside it where the run is built;
+    """Check that `out` may take a new run, and make the empty folder where the run is built (build_folder);
     swap_in puts it in place once it is whole."""
     check_out(out, force)
-    if os.path.exists(out) and not (os.path.isdir(out) and os.access(out, os.W_OK)):
-        raise UsageError(f"cannot write to {out}: not a writable folder")
+    if os.path.lexists(out) and not (os.path.isdir(out) and os.access(out, os.W_OK)):
+        why = "a symlink to nothing" if os.path.islink(out) and not os.path.exists(out) else "not a writable folder"
+        raise UsageError(f"cannot write to {out}: {why}")
+    new = build_folder(out)
     try:
-        os.makedirs(beside(out, "new"))
+        os.makedirs(new)
     except OSError as e:
         raise UsageError(f"cannot write to {out}: {e.strerror}") from None
-    return beside(out, "new")
+    return new
 
 
 def swap_in(new: str, out: str) -> None:
-    """Put the run built in `new` where `out` is: one rename, or, when `out` is a folder already, its run's
-    files replaced by the new run's (other files there, such as a figure saved beside the run, stay). Ctrl-C
-    and SIGTERM wait for it; only a SIGKILL within these few renames could leave a mix of two runs."""
+    """Put the run built in `new` (build_folder) where `out` is: one rename, or, when `out` is a folder already,
+    its run's files replaced by the new run's (other files there, such as a figure saved beside the run, stay).
+    The old files are moved aside first and deleted only once every new one is in place; a rename that fails
+    puts them back and says so. Ctrl-C and SIGTERM wait for it; only a SIGKILL within these few renames could
+    leave a mix of two runs."""
+    real = os.path.realpath(out)
     with signals_deferred() as stop:
-        if not os.path.isdir(out):
-            os.rename(new, out)
+        if not os.path.isdir(real):
+            os.rename(new, real)
         else:
-            for name in RUN_FILES:
-                old = os.path.join(out, name)
-                if os.path.isdir(old):
-                    shutil.rmtree(old)
-                elif os.path.exists(old):
-                    os.remove(old)
-            for name in os.listdir(new):
-                os.rename(os.path.join(new, name), os.path.join(out, name))
+            aside = os.path.join(real, ".lengen.old")
+            os.makedirs(aside, exist_ok=True)
+            old = [name for name in RUN_FILES if os.path.lexists(os.path.join(real, name))]
+            moved = []
+            try:
+                for name in old:
+                    os.rename(os.path.join(real, name), os.path.join(aside, name))
+                for name in os.listdir(new):
+                    os.rename(os.path.join(new, name), os.path.join(real, name))
+                    moved.append(name)
+            except OSError as e:  # the old run goes back as it was; the new one stays where it was built
+                for name in moved:
+                    os.rename(os.path.join(real, name), os.path.join(new, name))
+                for name in os.listdir(aside):
+                    os.rename(os.path.join(aside, name), os.path.join(real, name))
+                raise UsageError(f"cannot put the new run in {out} ({e.strerror}); the run there is unchanged") \
+                    from None
+            shutil.rmtree(aside)
             os.rmdir(new)
-        sync_folder(out)
-        sync_folder(os.path.dirname(os.path.abspath(out)))
+        sync_folder(real)
+        sync_folder(os.path.dirname(real))
     if stop:  # now that the run is whole, a Ctrl-C or SIGTERM that came during the swap stops the command
         raise KeyboardInterrupt
 

@@ -31,7 +31,7 @@ import time
 import torch
 
 import train
-from eval import pyplot, t_interval, t_tail
+from eval import pyplot, save_figure, t_interval, t_tail
 from runs import Interrupted, UsageError, save_atomic, signals_deferred
 
 # ---------------------------------------------------------------------------------------------------------
@@ -70,13 +70,14 @@ def seed_curve(key: str, xs: list, per_seed: list[list[float]], band: str = "ran
 def write_results(name: str, markdown: str, data: dict, figure=None, out_dir: str = "results") -> None:
     """Write results/NAME.md and .json; figure(plt) draws results/NAME.png when matplotlib is there."""
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
-        f.write(markdown)
-    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
-        json.dump(data, f, indent=1)
+    # Each file whole or not at all: a kill, a full disk or a size limit leaves the previous one in place.
+    # The json goes first: a results folder never holds a new .md beside an older .json that contradicts it.
+    text = json.dumps(data, indent=1)
+    save_atomic(os.path.join(out_dir, f"{name}.json"), lambda f: f.write(text.encode()))
+    save_atomic(os.path.join(out_dir, f"{name}.md"), lambda f: f.write(markdown.encode()))
     if figure is not None and (plt := pyplot()):
         fig = figure(plt)
-        fig.savefig(os.path.join(out_dir, f"{name}.png"), dpi=120)
+        save_figure(fig, os.path.join(out_dir, f"{name}.png"))
         plt.close(fig)
     print(markdown)
     print(f"wrote {out_dir}/{name}.md, .json" + (", .png" if figure is not None else ""))

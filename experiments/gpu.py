@@ -17,6 +17,7 @@ Read top to bottom: the peak and the FLOP count; the measurements; the markdown;
 """
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -54,9 +55,12 @@ def bf16_peak(name: str) -> tuple[float | None, str]:
     given = os.environ.get("LENGEN_PEAK_TFLOPS")
     if given:
         try:
-            return float(given) * 1e12, "LENGEN_PEAK_TFLOPS"
+            peak = float(given)
         except ValueError:
-            raise UsageError(f"LENGEN_PEAK_TFLOPS={given!r}: give the peak in TFLOP/s, e.g. 989") from None
+            peak = float("nan")
+        if not (math.isfinite(peak) and peak > 0):  # nan, inf, 0 or below would give an MFU of nan, 0 or < 0
+            raise UsageError(f"LENGEN_PEAK_TFLOPS={given!r}: give the peak in TFLOP/s, a number > 0, e.g. 989")
+        return peak * 1e12, "LENGEN_PEAK_TFLOPS"
     for part, tflops in BF16_PEAK_TFLOPS:
         if part in name:
             return tflops * 1e12, f"data sheet ({part})"

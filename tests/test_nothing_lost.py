@@ -1,0 +1,166 @@
+"""Nothing lost, round three (#35 items 1-7): run folders on another filesystem or behind a symlink, folders that
+hold someone else's files, one lock per folder however it is named, results written whole or not at all, a
+run's own files never overwritten by eval.py, a diverged LLM fine-tune saving nothing, NaN scores refused,
+and a peak FLOP rate that must be a number > 0. Each test was watched failing with its fix taken out."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+
+import pytest
+import torch
+
+import runs
+import train
+from test_cli import ROOT, TINY, weights
+
+RUN = [*TINY, "--steps", "3", "--eval-samples", "0"]
+
+
+@pytest.fixture
+def other_disk(tmp_path):
+    """A folder on another filesystem than tmp_path (/dev/shm, a RAM disk), removed afterwards."""
+    if not os.path.isdir("/dev/shm") or os.stat("/dev/shm").st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on a filesystem of its own")
+    folder = os.path.join("/dev/shm", f"lengen-test-{uuid.uuid4().hex}")
+    os.makedirs(folder)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_force_onto_a_run_on_another_filesystem_replaces_it_whole(tmp_path, other_disk):
+    """Bug caught (item 1): the new run was built beside the symlink, on this disk; every rename onto the other
+    disk failed (EXDEV) after the old run's files were deleted, and both runs were lost."""
+    far = os.path.join(other_disk, "run")
+    assert train.main([*RUN, "--out", far]) == 0
+    os.symlink(far, tmp_path / "far")
+    assert train.main([*RUN, "--seed", "1", "--force", "--out", str(tmp_path / "far")]) == 0
+    assert json.load(open(os.path.join(far, "config.json")))["seed"] == 1
+    assert sorted(os.listdir(far)) == ["checkpoint.pt", "config.json", "log.jsonl"]
+    empty = os.path.join(other_disk, "mount")  # a new run into an empty folder on another disk
+    os.makedirs(empty)
+    os.symlink(empty, tmp_path / "mount")
+    assert train.main([*RUN, "--out", str(tmp_path / "mount")]) == 0
+    assert os.path.isfile(os.path.join(empty, "checkpoint.pt"))
+
+
+def test_a_folder_with_files_a_run_writes_but_no_run_is_refused(tmp_path, capsys):
+    """Bug caught (item 2): --out DIR with a model/ folder (and no config.json) lost model/ to the new run."""
+    mine = tmp_path / "mine"
+    (mine / "model").mkdir(parents=True)
+    (mine / "model" / "weights.bin").write_text("precious")
+    for force in ([], ["--force"]):
+        assert train.main([*RUN, "--out", str(mine), *force]) == 2
+        assert "holds model but no run" in capsys.readouterr().err
+    assert (mine / "model" / "weights.bin").read_text() == "precious" and sorted(os.listdir(mine)) == ["model"]
+
+
+def test_one_folder_has_one_lock_whatever_its_name(tmp_path):
+    """Bug caught (item 3): the lock was named from the path given, so a run through a symlink and a --force
+    run through its target both went ahead in the same folder."""
+    (tmp_path / "target").mkdir()
+    os.symlink(tmp_path / "target", tmp_path / "link")
+    with runs.hold(str(tmp_path / "target")):
+        with pytest.raises(runs.UsageError, match="in use by another train.py"):
+            with runs.hold(str(tmp_path / "link")):
+                pass
+
+
+WRITE_UNDER_A_SIZE_LIMIT = """
+import resource, signal, sys
+sys.path.insert(0, {root!r})
+from experiments import common
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit a write fails (EFBIG) instead of killing
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+try:
+    common.write_results("x", "new markdown, far too long " * 400, {{"new": 1}}, out_dir={out!r})
+except OSError as e:
+    print("refused:", e.strerror)
+"""
+
+
+def test_results_are_written_whole_or_not_at_all(tmp_path):
+    """Bug caught (item 4): write_results wrote NAME.md and NAME.json in place; a file-size limit (or a full
+    disk, or a kill) mid-write left a truncated file, the previous one already gone."""
+    from experiments import common
+    common.write_results("x", "old markdown\n", {"old": 1}, out_dir=str(tmp_path))
+    before = {f: (tmp_path / f).read_bytes() for f in ("x.md", "x.json")}
+    script = WRITE_UNDER_A_SIZE_LIMIT.format(root=ROOT, out=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "refused:" in result.stdout, result.stdout + result.stderr
+    assert (tmp_path / "x.md").read_bytes() == before["x.md"]  # the old markdown, whole
+    assert json.loads((tmp_path / "x.json").read_text()) == {"new": 1}  # the json is small: it went through
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def test_a_results_file_cut_short_is_said_to_be_cut_short(tmp_path, monkeypatch, capsys):
+    """Bug caught (item 23): a truncated NAME.json was reported as holding the results of `None`."""
+    import eval as lengen_eval
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("out")
+    (tmp_path / "out" / "ryarn.json").write_text('{"command": "python eval.py --exp')
+    assert lengen_eval.main(["--experiment", "ryarn", "--out-dir", "out", "--threads", "1"]) == 2
+    assert "not readable JSON, or cut short" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["config.json", "checkpoint.pt", "log.jsonl"])
+def test_eval_never_writes_over_a_runs_own_files(tmp_path, name):
+    """Bug caught (item 6): eval.py RUN --json RUN/config.json overwrote the run's config: exit 0, run lost."""
+    run = str(tmp_path / "run")
+    assert train.main([*RUN, "--out", run]) == 0
+    before = open(os.path.join(run, name), "rb").read()
+    for flag in ("--json", "--plot"):
+        result = subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), run, "--samples", "4", flag,
+                                 os.path.join(run, name)], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 2 and "a file of the run" in result.stderr, result.stderr
+    assert open(os.path.join(run, name), "rb").read() == before
+
+
+@pytest.mark.parametrize("given", ["nan", "inf", "0", "-5", "many"])
+def test_a_peak_flop_rate_must_be_a_number_above_zero(monkeypatch, given):
+    """Bug caught (item 7): LENGEN_PEAK_TFLOPS=nan|inf|0|-5 accepted, so MFU would read nan, 0 or negative."""
+    from experiments import gpu
+    monkeypatch.setenv("LENGEN_PEAK_TFLOPS", given)
+    with pytest.raises(runs.UsageError, match="a number > 0"):
+        gpu.bf16_peak("NVIDIA H200")
+    monkeypatch.setenv("LENGEN_PEAK_TFLOPS", "989")
+    assert gpu.bf16_peak("anything") == (989e12, "LENGEN_PEAK_TFLOPS")
+
+
+def test_a_diverged_llm_fine_tune_saves_nothing_and_nan_scores_are_refused(tmp_path, capsys):
+    """Bugs caught (item 5): --lr 1e30 gave a NaN loss from step 3 and saved NaN weights with exit 0; and
+    scoring NaN logits reported top-1 1.00 and mean rank 1.0 (every comparison with NaN is false)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    import hf
+    from test_llm_fine_tune import save_sharp_llm
+    llm = save_sharp_llm(str(tmp_path / "llm"))
+    capsys.readouterr()  # what saving the model printed
+    previous = signal.getsignal(signal.SIGTERM)  # main() makes SIGTERM a Ctrl-C; this process gets its own back
+    try:
+        assert train.main(["--llm", llm, "--task", "passkey", "--method", "ft", "--train-len", "128", "--steps", "6",
+                           "--lr", "1e30", "--threads", "1", "--quiet", "--out", str(tmp_path / "run")]) == 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "training diverged" in err, err
+    assert not os.path.exists(tmp_path / "run")
+    model, tokenizer = hf.load_llm(llm, "cpu")
+    with torch.no_grad():
+        for weight in model.parameters():
+            weight.fill_(float("nan"))
+    with pytest.raises(runs.UsageError, match="not finite"):
+        hf.score_prompt(model, tokenizer, "The pass key is 12345. What is the pass key?", "12345",
+                        ("12345", "54321"), "cpu")
+
+
+def test_a_new_run_into_an_empty_folder_is_built_inside_it_and_left_whole(tmp_path):
+    """A folder that exists already takes the run built inside it (.lengen.new, then swapped in): a whole run,
+    whose weights load, and nothing of the build left."""
+    run = str(tmp_path / "run")
+    os.makedirs(run)
+    assert train.main([*RUN, "--out", run]) == 0
+    assert weights(run) and not os.path.exists(os.path.join(run, ".lengen.new"))
