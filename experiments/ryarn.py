@@ -12,8 +12,9 @@ exactly what random gaps between positions take away.
 
 A claim about fine-tuning methods is a claim about what they do to a pretrained model, so the unit of
 replication is the pretrained base: several bases, each pretrained from its own seed, each fine-tuned with
-several seeds by every method. Each method's learning rate is chosen from one grid, the same for all, on
-validation sequences at L; test sequences come from a seed used nowhere else.
+several seeds by every method. Every method fine-tunes every base at every rate of one grid, so that the
+primary claims compare methods at matched rates (a protocol that favours no method's best rate); test
+sequences come from a seed used nowhere else.
 
 Read top to bottom: the setup and every method's train.py flags; training and measuring; the claims and the
 rule; the markdown and the figure; run(args).
@@ -27,6 +28,7 @@ import time
 from tqdm import tqdm
 
 import tasks
+import train
 from eval import command_line, evaluate, load_run, plot_curves, scale_name
 from experiments.common import (FIT_BAR, THRESHOLD, beyond, caption, cpu_seconds, decide, fmt, line_styles, map_jobs,
                                 rerender, seed_curve, short, spread, train_once, write_results)
@@ -36,25 +38,27 @@ from experiments.common import (FIT_BAR, THRESHOLD, beyond, caption, cpu_seconds
 # ---------------------------------------------------------------------------------------------------------
 
 # The pretrained bases: RoPE GPTs (train.py's defaults: 2 layers, 2 heads, dim 64) trained on the task at
-# lengths L/2..L with contiguous positions from the seeds in `bases`, so their original context is L.
-# Fine-tuning keeps those lengths, with the seeds in `seeds` on every base. YaRN's factor s makes sL = 16L,
-# the longest evaluated length; inference may stretch further (s' = 2s). Randomized positions come from
-# [0, M), M widening from L to range x L in Paper R's stages (1, 1.25, 1.5, 2, 2 x; LengthCurriculum
-# "paper-r"); "-nocurr" draws from [0, range x L) from the first step. `lrs`: the grid each method's
-# fine-tuning learning rate is chosen from, on the first base and fine-tuning seed. `fit_bar`: a base has
-# learned the task when its validation accuracy at L is at least this, and a fine-tune when its test accuracy
-# at L is: common.FIT_BAR (chance 1/8; the quick scale's 150 steps reach about half, so its bar is lower: it
-# exists for the tests).
+# lengths L/2..L with contiguous positions from the seeds in `bases`, so their original context is L; each
+# trains until its held-out accuracy at L reaches `pretrain_bar` (checked every 500 steps), or `pretrain`
+# steps. Fine-tuning keeps those lengths, with the seeds in `seeds` on every base. YaRN's factor s makes
+# sL = 16L, the longest evaluated length; inference may stretch further (s' = 2s). Randomized positions come
+# from [0, M), M widening from L to range x L in Paper R's stages (1, 1.25, 1.5, 2, 2 x; LengthCurriculum
+# "paper-r"); "-nocurr" draws from [0, range x L) from the first step. `lrs`: one grid of learning rates on
+# which every method of GRID_METHODS fine-tunes every base; the ablations run at their twin's rate. `fit_bar`:
+# a base has learned the task when its validation accuracy at L is at least this, and so has a fine-tune:
+# common.FIT_BAR (chance 1/8; the quick scale's 150 steps reach about half, so its bar is lower: it exists for
+# the tests). The bases pretrain to 0.95, a margin: fine-tuning moves them, and each fine-tune is gated too.
 SCALES = {
-    "quick": dict(L=24, factor=16, pretrain=150, finetune=30, bases=(0, 1), seeds=(10,), lrs=(3e-4, 1e-3),
-                  samples=32, validation_samples=32, fit_bar=0.4, ranges=(2, 4), control_bases=(0,),
-                  control_pretrain=60, control_finetune=20),
-    "default": dict(L=32, factor=16, pretrain=10000, finetune=800, bases=(0, 1, 2), seeds=(10, 11),
-                    lrs=(1e-4, 3e-4, 1e-3), samples=512, validation_samples=256, fit_bar=FIT_BAR, ranges=(2, 4, 8),
-                    control_bases=(0, 1), control_pretrain=1500, control_finetune=400),
-    "full": dict(L=32, factor=16, pretrain=20000, finetune=2000, bases=(0, 1, 2, 3, 4), seeds=(10, 11, 12),
-                 lrs=(1e-4, 3e-4, 1e-3), samples=1024, validation_samples=512, fit_bar=FIT_BAR, ranges=(2, 4, 8, 16),
-                 control_bases=(0, 1, 2), control_pretrain=4000, control_finetune=1000),
+    "quick": dict(L=24, factor=16, pretrain=150, pretrain_bar=None, finetune=30, bases=(0, 1, 2), seeds=(10,),
+                  lrs=(3e-4, 1e-3), samples=32, validation_samples=32, fit_bar=0.4, ranges=(2, 4),
+                  control_bases=(0,), control_pretrain=60, control_finetune=20),
+    "default": dict(L=32, factor=16, pretrain=10000, pretrain_bar=0.95, finetune=800, bases=tuple(range(8)),
+                    seeds=(10,), lrs=(1e-4, 3e-4, 1e-3, 3e-3), samples=256, validation_samples=256, fit_bar=FIT_BAR,
+                    ranges=(2,), control_bases=(), control_pretrain=1500, control_finetune=400),
+    "full": dict(L=32, factor=16, pretrain=20000, pretrain_bar=0.95, finetune=2000, bases=tuple(range(10)),
+                 seeds=(10, 11), lrs=(3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2), samples=1024, validation_samples=512,
+                 fit_bar=FIT_BAR, ranges=(2, 4, 8, 16), control_bases=(0, 1, 2), control_pretrain=4000,
+                 control_finetune=1000),
 }
 TASK = "latest_recall"
 TASK_OPTIONS = {"keys": 8, "values": 8, "statements": 4, "fillers": 8}  # chance 1/8; half of the facts' keys
@@ -75,6 +79,11 @@ MODELS = {  # label: what it is (a fine-tune's train.py flags: method_flags)
     "ryarn-nocurr": "Randomized YaRN without the curriculum: positions from [0, 2L) from the first step",
 }
 FINE_TUNES = list(MODELS)[2:]  # every method but the two readings of the pretrained model
+# The methods run at every rate of the grid on every base; each ablation runs at the rate chosen for its twin.
+GRID_METHODS = ("ft", "yarn", "rpe", "ryarn")
+
+
+ABLATIONS = {"rpe-nocurr": "rpe", "ryarn-nocurr": "ryarn"}
 
 
 def method_flags(method: str, L: int, s: float, top: int = 2) -> list[str]:
@@ -198,32 +207,60 @@ def base_gains(accuracy: dict, better: str, worse: str, measure_, fitted: dict) 
     return gains
 
 
-def fitted_models(data: dict, bar: float) -> dict:
+def fitted_models(data: dict, bar: float, validation: dict | None = None) -> dict:
     """fitted[method][base]: the base learned the task (validation accuracy at L >= bar) and, for a fine-tune,
-    every one of its seeds still does at L (test accuracy at L >= bar). The two readings of a pretrained base
-    (zero-shot, zero-shot+yarn) are the base itself: they count where it fitted."""
+    every one of its seeds still does (validation[method][base][seed] >= bar; default: at the chosen rates).
+    The two readings of a pretrained base (zero-shot, zero-shot+yarn) are the base itself: they count where it
+    fitted."""
+    validation = validation or data["validation"]
     bases = [v >= bar for v in data["base_validation"]]
-    return {m: [ok and (m in ("zero-shot", "zero-shot+yarn") or all(at_L(run) >= bar for run in runs))
-                for ok, runs in zip(bases, by_base)] for m, by_base in data["accuracy"].items()}
+    return {m: [ok and (m in ("zero-shot", "zero-shot+yarn") or all(v >= bar for v in validation[m][i]))
+                for i, ok in enumerate(bases)] for m in data["accuracy"]}
 
 
 def claims(data: dict, bar: float) -> dict:
-    """Each claim's per-base gains, mean, interval and verdict, on the bases where both sides fitted: the
-    primary claims one family, the exploratory ones another (common.decide, Holm within each)."""
+    """The primary claims at every rate of the grid, matched (one family: Holm over claims x rates), each with a
+    summary of where it holds; the exploratory claims at each method's validation-chosen rate (another family).
+    A gain is measured on the bases where both sides fitted."""
+    matched = {}
+    for lr in data["by_rate"]["ryarn"]:
+        accuracy, validation = at_rate(data, lr)
+        fitted = fitted_models({**data, "accuracy": accuracy}, bar, validation)
+        matched |= {(name, lr): base_gains(accuracy, *CLAIMS[name][1:], fitted) for name in PRIMARY}
+    decided = decide({f"{name} at lr {lr}": g for (name, lr), g in matched.items()}, THRESHOLD)
+    out = {name: {"better": CLAIMS[name][1], "worse": CLAIMS[name][2], "primary": True,
+                  "by_rate": {lr: decided[f"{name} at lr {lr}"] for (n, lr) in matched if n == name}}
+           for name in PRIMARY}
+    for result in out.values():
+        result["verdict"] = over_rates(result["by_rate"])
+    exploratory = [name for name in CLAIMS if name not in PRIMARY]
     fitted = fitted_models(data, bar)
-    out = {}
-    for family in (PRIMARY, [name for name in CLAIMS if name not in PRIMARY]):
-        gains = {name: base_gains(data["accuracy"], CLAIMS[name][1], CLAIMS[name][2], CLAIMS[name][3], fitted)
-                 for name in family}
-        decided = decide(gains, THRESHOLD)
-        out |= {name: {"better": CLAIMS[name][1], "worse": CLAIMS[name][2], "primary": name in PRIMARY,
-                       **decided[name]} for name in family}
-    return out
+    gains = {name: base_gains(data["accuracy"], *CLAIMS[name][1:], fitted) for name in exploratory}
+    decided = decide(gains, THRESHOLD)
+    return out | {name: {"better": CLAIMS[name][1], "worse": CLAIMS[name][2], "primary": False, **decided[name]}
+                  for name in exploratory}
 
+
+def at_rate(data: dict, lr: str) -> tuple[dict, dict]:
+    """The accuracies and validation accuracies of every grid method fine-tuned at one rate of the grid, beside
+    the two readings of the pretrained bases: what a matched-rate comparison reads."""
+    accuracy = {m: data["accuracy"][m] for m in ("zero-shot", "zero-shot+yarn")}
+    accuracy |= {m: data["by_rate"][m][lr] for m in GRID_METHODS}
+    return accuracy, {m: data["by_rate_validation"][m][lr] for m in GRID_METHODS}
+
+
+def over_rates(by_rate: dict) -> str:
+    """A primary claim's verdict over the grid: what it is at every rate, or where it holds and where not."""
+    outcomes = {lr: short(r["verdict"]) for lr, r in by_rate.items()}
+    if len(set(outcomes.values())) == 1:
+        return f"{next(iter(outcomes.values()))} at every rate"
+    return "; ".join(f"{v} at {', '.join(lr for lr, o in outcomes.items() if o == v)}"
+                     for v in dict.fromkeys(outcomes.values()))
 
 # ---------------------------------------------------------------------------------------------------------
 # The markdown and the figure
 # ---------------------------------------------------------------------------------------------------------
+
 
 def per_base(runs_by_base: list[list[list[float]]]) -> list[list[float]]:
     """One accuracy list per base: the mean over that base's fine-tuning seeds at each length."""
@@ -254,8 +291,9 @@ def header(data: dict) -> list[str]:
         f"**Setup.** Task `{TASK}` ({', '.join(f'{k}={v}' for k, v in TASK_OPTIONS.items())}; chance "
         f"1/{TASK_OPTIONS['values']}): facts key=value among filler, the queried key stated at least twice with "
         f"different values, answer its latest value. {len(setup['bases'])} RoPE GPTs (2 layers, 2 heads, dim 64), "
-        f"the bases, are pretrained from seeds {', '.join(map(str, setup['bases']))} for {setup['pretrain']} steps "
-        f"at lengths {L // 2}..{L} with contiguous positions, so L = {L}. Every method fine-tunes every base for "
+        f"the bases, are pretrained from seeds {', '.join(map(str, setup['bases']))} at lengths {L // 2}..{L} with "
+        f"contiguous positions, so L = {L}, until held-out accuracy at L reaches {setup['pretrain_bar']} (at most "
+        f"{setup['pretrain']} steps). Every method fine-tunes every base for "
         f"{setup['finetune']} steps at the same lengths, with seeds {', '.join(map(str, setup['seeds']))}. YaRN: "
         f"s = {s} over L (sL = {s * L}). Randomized positions: n sorted distinct ids from [0, M), M widening from "
         f"L to 2L in Paper R's stages (1, 1.25, 1.5, 2, 2 x L, equal stages), the default of train.py --llm too. "
@@ -267,6 +305,7 @@ def header(data: dict) -> list[str]:
 
 def design_section(data: dict) -> list[str]:
     """How this design was chosen: what was run before, what it showed, what changed, what is fixed now."""
+    setup = data["settings"]
     return [
         "## How this design was chosen", "",
         "The first design fine-tuned on copy and fixed-offset retrieval (L = 16, s = 8, positions from up to 8L "
@@ -274,13 +313,14 @@ def design_section(data: dict) -> list[str]:
         "(copy +0.002, retrieval -0.924 beyond L): both tasks define the answer by position, which random gaps "
         "take away. The second design moved to `latest_recall`, a content-addressed task like Paper R's "
         "benchmarks, with Paper R's own range (to 2L, in its stages), L = 32, s = 16 and 10000 pretraining "
-        "steps, and kept copy and retrieval as controls; it found every claim but the RPE curriculum "
-        "reproduced. But all its fine-tuning seeds shared one pretrained base and one test set, every method "
-        "used the pretraining learning rate, and on a second base most of its gains fell under the threshold. "
-        "This design keeps the task, L, s and the range, and fixes before the run: "
-        f"{len(data['settings']['bases'])} independently pretrained bases as the replicates, "
-        f"{len(data['settings']['seeds'])} fine-tuning seed(s) on each, each method's learning rate chosen at L "
-        "on validation sequences, test sequences from their own seed, the threshold and the rule below.", ""]
+        "steps, but all its fine-tuning seeds shared one base. The third replicated it on three bases, each "
+        "method at the learning rate best at L on one base's validation sequences: that protocol picked the "
+        "grid's lowest rate (1e-4) for 5 of 6 methods while accuracy beyond L peaked at its top (1e-3), one base "
+        "ended under the fit bar, and under the shared rule no claim could be decided. This design: "
+        f"{len(setup['bases'])} bases pretrained until they reach {setup['pretrain_bar']} at L (at most "
+        f"{setup['pretrain']} steps), every method of {', '.join(GRID_METHODS)} on every base at every rate of "
+        f"{', '.join(f'{lr:g}' for lr in setup['lrs'])} (wider than before on top, where the last grid peaked), the "
+        "primary claims compared at matched rates, and the test sequences from a seed used nowhere else.", ""]
 
 
 def rule_section(data: dict) -> list[str]:
@@ -290,15 +330,38 @@ def rule_section(data: dict) -> list[str]:
         f"units. A claim is **reproduced** when its mean gain is >= +{THRESHOLD} and its interval lies above 0; "
         f"**reversed** when the mean is <= -{THRESHOLD} and the interval lies below 0; **smaller than claimed** "
         f"when the interval lies below +{THRESHOLD}; **undecided** otherwise, and always with fewer than 3 bases. "
-        "The intervals are t-intervals over bases, Holm-adjusted within their table: the primary claims (named "
-        "before the run) are one family, the exploratory ones another. A base counts for a claim when the base "
-        f"learned the task (validation accuracy at L >= {data['fit_bar']}) and so did every fine-tune the claim "
-        f"compares on it (test accuracy at L >= {data['fit_bar']}: in distribution, not what the claims measure); "
-        "with no base left, the verdict is undecided (models did not fit).", ""]
+        "The intervals are t-intervals over bases, Holm-adjusted within their table. **Primary** (named before "
+        "the run, what isolates randomization): ryarn against trained YaRN and against YaRN at inference only, "
+        "and the gain growing with length, each at every rate of the grid with both sides at that rate: one "
+        "family of claims x rates; a claim's verdict says at which rates it holds. **Exploratory**: the rest, "
+        "each method at the rate with the best mean validation accuracy at L over the bases (ties: the smaller), "
+        "another family. A base counts for a claim when it learned the task (validation accuracy at L >= "
+        f"{data['fit_bar']}) and so did every fine-tune the claim compares on it (its validation accuracy at L >= "
+        f"{data['fit_bar']}); with no base left, the verdict is undecided (models did not fit). *detectable*: "
+        "the adjusted interval's half-width, the smallest mean gain these bases could tell from 0.", ""]
 
 
-def claims_table(data: dict, primary: bool) -> list[str]:
-    family = {name: r for name, r in data["claims"].items() if r.get("primary", False) == primary}
+def matched_table(data: dict) -> list[str]:
+    """The primary claims at every rate: gains per base, mean [adjusted interval], detectable, verdict."""
+    family = {f"{n} at {lr}": r for n, c in data["claims"].items() if c["primary"] for lr, r in c["by_rate"].items()}
+    rows = [caption(family), "", "| claim | lr | gain per base | mean [adjusted interval] | detectable | verdict |",
+            "|---|---:|---|---|---:|---|"]
+    for name, c in data["claims"].items():
+        if not c["primary"]:
+            continue
+        for lr, r in c["by_rate"].items():
+            per = ", ".join(f"{g:+.3f}" for g in r["per_unit"]) or "-"
+            interval = f"{r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]" if "low" in r else "-"
+            detect = f"{(r['high'] - r['low']) / 2:.3f}" if "low" in r else "-"
+            rows.append(f"| {name} ({c['better']} − {c['worse']}) | {lr} | {per} | {interval} | {detect} | "
+                        f"**{r['verdict']}** |")
+    rows += ["", "Over the grid: " + "; ".join(f"**{n}**: {c['verdict']}" for n, c in data["claims"].items()
+                                               if c["primary"]) + "."]
+    return rows
+
+
+def claims_table(data: dict) -> list[str]:
+    family = {name: r for name, r in data["claims"].items() if not r["primary"]}
     rows = [caption(family), "", "| claim | Paper R | gain per base | mean [adjusted interval] | verdict |",
             "|---|---|---|---|---|"]
     for name, result in family.items():
@@ -320,26 +383,32 @@ SHORT = {"ryarn > yarn beyond L": "ryarn > yarn", "ryarn > zero-shot+yarn beyond
 
 
 def summary(data: dict) -> str:
-    """README.md's table: every claim, primary ones first, with its gain per base, mean [adjusted interval]
-    and verdict."""
-    rows = ["| claim (beyond L unless said; * primary) | gain per base | mean [adjusted interval] | verdict |",
-            "|---|---|---|---|"]
-    for name, r in sorted(data["claims"].items(), key=lambda item: not item[1].get("primary")):
-        per = ", ".join(f"{g:+.3f}" for g in r["per_unit"]) or "-"
+    """README.md's table: each claim, the bases it rests on (for a primary claim: at each rate of the grid),
+    its mean [adjusted interval] and its verdict; the primary ones first, over the whole grid."""
+    rows = ["| claim (beyond L unless said; * primary: per rate) | bases measured | mean [adjusted interval] | "
+            "verdict |", "|---|---|---|---|"]
+    for name, r in data["claims"].items():
+        if r["primary"]:
+            counts = ", ".join(str(len(x["per_unit"])) for x in r["by_rate"].values())
+            verdicts = {short(x["verdict"]).split(" (")[0] for x in r["by_rate"].values()}
+            verdict = f"{verdicts.pop()} at every rate" if len(verdicts) == 1 else r["verdict"]
+            rows.append(f"| **{SHORT[name]}** * | {counts} | in results/ryarn.md | {verdict} |")
+            continue
         interval = f" [{r['low']:+.3f}, {r['high']:+.3f}]" if "low" in r else ""
         mean = f"{r['mean']:+.3f}{interval}" if "mean" in r else "-"
-        rows.append(f"| {SHORT[name]}{' *' if r.get('primary') else ''} | {per} | {mean} | {short(r['verdict'])} |")
+        rows.append(f"| {SHORT[name]} | {len(r['per_unit'])} | {mean} | {short(r['verdict'])} |")
     return "\n".join(rows) + "\n"
 
 
 def selection_section(data: dict) -> list[str]:
-    """The learning-rate grid: validation accuracy at L (what chose), and beyond L (shown, never used to choose)."""
+    """The learning-rate grid: validation accuracy at L (what chose) and beyond L (shown, never used to choose),
+    means over the bases."""
     lrs = data["settings"]["lrs"]
-    rows = ["## Learning rates, chosen at L", "",
-            f"Each method fine-tuned base {data['settings']['bases'][0]} (seed {data['settings']['seeds'][0]}) at "
-            f"every learning rate of the grid; the one with the best validation accuracy at L (seed "
-            f"{VALIDATION_SEED}, {data['settings']['validation_samples']} sequences) is used everywhere. Beyond L "
-            "is shown for the record; it chose nothing.", "",
+    rows = ["## Learning rates", "",
+            f"Every method of the grid fine-tuned every base at every rate; mean over the bases of the validation "
+            f"accuracy at L (seed {VALIDATION_SEED}, {data['settings']['validation_samples']} sequences) / the test "
+            "accuracy beyond L. Each method's chosen rate (best validation at L; ties: the smaller) is what the "
+            "exploratory claims and the accuracy table use; beyond L chose nothing.", "",
             "| method | " + " | ".join(f"lr {lr:g}: at L / beyond L" for lr in lrs) + " | chosen |",
             "|---|" + "---|" * (len(lrs) + 1)]
     for method, grid in data["learning_rates"]["grid"].items():
@@ -349,39 +418,46 @@ def selection_section(data: dict) -> list[str]:
 
 
 def fit_line(data: dict) -> str:
-    fits = ", ".join(f"base {b}: {v:.3f}" for b, v in zip(data["settings"]["bases"], data["base_validation"]))
+    fits = ", ".join(f"{b}: {v:.3f}" for b, v in zip(data["settings"]["bases"], data["base_validation"]))
     fitted = fitted_models(data, data["fit_bar"])
     unfit = [f"{m} on base {data['settings']['bases'][i]}" for m, by_base in fitted.items()
              for i, ok in enumerate(by_base) if not ok and data["base_validation"][i] >= data["fit_bar"]]
-    return (f"Validation accuracy at L of the bases (the fit bar is {data['fit_bar']}): {fits}. Fine-tunes under "
-            f"the bar at L on a base that fitted: {', '.join(unfit) or 'none'}.")
+    under = sum(v < data["fit_bar"] for v in data["base_validation"])
+    return (f"Validation accuracy at L of the bases (the fit bar is {data['fit_bar']}; {under} under it): "
+            f"{fits}. Pretraining steps: {', '.join(map(str, data['pretrain_steps']))}. Fine-tunes at their chosen "
+            f"rate under the bar on a base that fitted: {', '.join(unfit) or 'none'}.")
 
 
 def markdown(data: dict) -> str:
     s, lengths = data["settings"]["factor"], data["lengths"]
-    out = header(data) + design_section(data) + rule_section(data) + [fit_line(data), "", "## Primary claims", ""]
-    out += claims_table(data, primary=True) + ["", "## Exploratory claims", ""] + claims_table(data, primary=False)
-    out += ["", f"## `{TASK}`: test accuracy by length (mean ± sd over bases)", ""]
+    out = header(data) + design_section(data) + rule_section(data) + [fit_line(data), ""]
+    out += ["## Primary claims, at matched learning rates", ""] + matched_table(data)
+    out += ["", "## Exploratory claims, each method at its chosen rate", ""] + claims_table(data)
+    out += ["", f"## `{TASK}`: test accuracy by length at the chosen rates (mean ± sd over bases)", ""]
     out += accuracy_table(data["accuracy"], lengths)
     out += ["", "Methods: " + "; ".join(f"`{m}`: {what}" for m, what in MODELS.items()) + ".", ""]
     out += selection_section(data)
-    out += ["## How far to randomize: the top of the range (ryarn)", "",
-            f"The same recipe with the range widened to {', '.join(f'{r}L' for r in data['settings']['ranges'])} "
-            f"(fine-tuning seed {data['settings']['seeds'][0]} on every base); and the 2L models read at inference "
-            f"with a larger factor s' = {2 * s}.", ""]
+    out += ["## How far to randomize: the top of the range (ryarn)", ""]
+    if len(data["sweep"]) > 2:
+        out += [f"The same recipe with the range widened to {', '.join(f'{r}L' for r in data['settings']['ranges'])}"
+                f" (fine-tuning seed {data['settings']['seeds'][0]} on every base); and the 2L models read at "
+                f"inference with a larger factor s' = {2 * s}.", ""]
+    else:
+        out += [f"The 2L models read at inference with a larger factor s' = {2 * s}; wider ranges are in --full.", ""]
     out += accuracy_table(data["sweep"], lengths)
     sweep = {name: spread([beyond(a) for a in per_base(runs)])["mean"] for name, runs in data["sweep"].items()}
     best = max(sweep, key=sweep.get)
-    out += ["", f"Best beyond L: `{best}` ({sweep[best]:.3f}).", "",
-            "## Controls: copy and fixed-offset retrieval", "",
-            "Both define the answer by position, which is what random gaps take away: in copy the i-th output is "
-            "the token exactly n + 1 places back, in retrieval the token exactly k places back, and with gaps "
-            "between positions \"n + 1 places back\" no longer has one rotary phase. Randomized positions are "
-            f"not expected to help here. Bases {', '.join(map(str, data['settings']['control_bases']))}, one "
-            "fine-tuning seed, each method at its learning rate from the main task.", ""]
-    for task, by_method in data["controls"].items():
-        out += [f"### {task} (chance 1/{tasks.task_options(task)['symbols']})", ""]
-        out += accuracy_table(by_method, lengths) + [""]
+    out += ["", f"Best beyond L: `{best}` ({sweep[best]:.3f}).", ""]
+    if data["controls"]:
+        out += ["## Controls: copy and fixed-offset retrieval", "",
+                "Both define the answer by position, which is what random gaps take away: in copy the i-th output "
+                "is the token exactly n + 1 places back, in retrieval the token exactly k places back. Randomized "
+                "positions are not expected to help here. Bases "
+                f"{', '.join(map(str, data['settings']['control_bases']))}, one fine-tuning seed, each method at "
+                "its chosen rate from the main task.", ""]
+        for task, by_method in data["controls"].items():
+            out += [f"### {task} (chance 1/{tasks.task_options(task)['symbols']})", ""]
+            out += accuracy_table(by_method, lengths) + [""]
     out += [f"Every number: `results/ryarn.json`; every model's own command, to retrain it alone: its `commands` "
             f"({len(data['commands'])} models). Figure: `results/ryarn.png`."]
     return "\n".join(out) + "\n"
@@ -411,8 +487,9 @@ def figure(data: dict):
             ax.set_xticks(lengths, [str(n) for n in lengths])
             ax.minorticks_off()
             ax.set_title(title, fontsize=9)
-        fig.suptitle(f"Randomized YaRN on a small GPT (L = {L}, s = {data['settings']['factor']}; dotted: top of "
-                     f"the sampled range; lines: mean over bases, bands: min-max over bases)", fontsize=10)
+        fig.suptitle(f"Randomized YaRN on a small GPT (L = {L}, s = {data['settings']['factor']}; each method at its "
+                     "chosen rate)\ndotted: top of the sampled range; lines: mean over bases, bands: min-max",
+                     fontsize=10)
         fig.tight_layout()
         return fig
 
@@ -426,9 +503,11 @@ def figure(data: dict):
 
 
 def base_runs(setup: dict, root: str, args) -> dict:
-    """name -> job of every pretrained model: the bases of the main task, then the controls'."""
+    """name -> job of every pretrained model: the bases of the main task (until they fit, or at most `pretrain`
+    steps), then the controls'."""
+    fit = ["--fit-bar", str(setup["pretrain_bar"]), "--fit-every", "500"] if setup["pretrain_bar"] else []
     jobs = {f"base-{b}": (train_argv(TASK, os.path.join(root, TASK, f"base-{b}"), setup["L"], setup["pretrain"], b,
-                                     args), TASK, setup, args, [None, setup["factor"]]) for b in setup["bases"]}
+                                     args, *fit), TASK, setup, args, [None, setup["factor"]]) for b in setup["bases"]}
     for task in CONTROLS:
         jobs |= {f"{task}-base-{b}": (train_argv(task, os.path.join(root, task, f"base-{b}"), setup["L"],
                                                  setup["control_pretrain"], b, args), task, setup, args, [None])
@@ -437,26 +516,26 @@ def base_runs(setup: dict, root: str, args) -> dict:
 
 
 def grid_runs(setup: dict, root: str, args) -> dict:
-    """(method, lr) -> job: every method at every learning rate on the first base and fine-tuning seed."""
-    b, seed = setup["bases"][0], setup["seeds"][0]
-    return {(method, lr): (finetune_argv(TASK, os.path.join(root, TASK, f"lr{lr:g}", f"{method}-b{b}-s{seed}"),
-                                         os.path.join(root, TASK, f"base-{b}"), method, setup["finetune"], seed, lr,
-                                         setup, args), TASK, setup, args, [None, 2 * setup["factor"]])
-            for method in FINE_TUNES for lr in setup["lrs"]}
+    """(method, lr, base, seed) -> job: every grid method at every rate on every base, with every seed; ryarn
+    is also read with s' = 2s."""
+    return {(method, lr, b, seed): (finetune_argv(
+        TASK, os.path.join(root, TASK, f"lr{lr:g}", f"{method}-b{b}-s{seed}"), os.path.join(root, TASK, f"base-{b}"),
+        method, setup["finetune"], seed, lr, setup, args), TASK, setup, args,
+        [None, 2 * setup["factor"]] if method == "ryarn" else [None])
+        for method in GRID_METHODS for lr in setup["lrs"] for b in setup["bases"] for seed in setup["seeds"]}
 
 
 def tune_runs(setup: dict, root: str, args, lr: dict) -> dict:
-    """name -> job of every other fine-tune, at each method's chosen learning rate: every method on every base
-    and seed (but the grid's own), the wider ranges for ryarn, the controls."""
-    jobs, first = {}, (setup["bases"][0], setup["seeds"][0])
+    """name -> job of every run at a chosen rate: the ablations on every base and seed, the wider ranges for
+    ryarn, the controls."""
+    jobs = {}
     for b in setup["bases"]:
         base = os.path.join(root, TASK, f"base-{b}")
         for seed in setup["seeds"]:
-            for method in FINE_TUNES if (b, seed) != first else ():
+            for method in ABLATIONS:
                 jobs[f"{method}-b{b}-s{seed}"] = (finetune_argv(
                     TASK, os.path.join(root, TASK, f"{method}-b{b}-s{seed}"), base, method, setup["finetune"], seed,
-                    lr[method], setup, args), TASK, setup, args, [None, 2 * setup["factor"]] if method == "ryarn"
-                    else [None])
+                    lr[method], setup, args), TASK, setup, args, [None])
         for top in setup["ranges"][1:]:
             name = f"ryarn-range{top}L-b{b}-s{setup['seeds'][0]}"
             jobs[name] = (finetune_argv(TASK, os.path.join(root, TASK, name), base, "ryarn", setup["finetune"],
@@ -470,47 +549,66 @@ def tune_runs(setup: dict, root: str, args, lr: dict) -> dict:
     return jobs
 
 
+def pretrain_steps(setup: dict, root: str) -> list[int]:
+    """How many steps each base trained: to the check that reached pretrain_bar, or all of them."""
+    if not setup["pretrain_bar"]:
+        return [setup["pretrain"]] * len(setup["bases"])
+    fits = [train.read_fit(os.path.join(root, TASK, f"base-{b}")) for b in setup["bases"]]
+    return [fit["steps_to_fit"] or setup["pretrain"] for fit in fits]
+
+
 def run_all(jobs: dict, args, bar) -> dict:
     return dict(zip(jobs, map_jobs(fit_worker, list(jobs.values()), args.jobs, args.threads or 1, bar)))
 
 
 def choose(grid: dict, setup: dict) -> dict:
-    """Each method's learning rate: the best validation accuracy at L (ties: the smaller rate)."""
-    return {m: max(setup["lrs"], key=lambda lr: (grid[m, lr][0]["validation"], -lr)) for m in FINE_TUNES}
+    """Each method's learning rate: the best mean validation accuracy at L over bases and seeds (ties: the
+    smaller rate); an ablation takes its twin's."""
+    def validation(m, lr):
+        return spread([grid[m, lr, b, s][0]["validation"] for b in setup["bases"] for s in setup["seeds"]])["mean"]
+    chosen = {m: max(setup["lrs"], key=lambda lr: (validation(m, lr), -lr)) for m in GRID_METHODS}
+    return chosen | {ablation: chosen[twin] for ablation, twin in ABLATIONS.items()}
 
 
 def tables(setup: dict, bases: dict, grid: dict, lr: dict, tunes: dict) -> dict:
     """The measured runs as the claims and the writers read them: accuracy[method][base][seed] = test
-    accuracies at MULTIPLES x L (one 'seed' for the two readings of a base); the same for the sweep, and for
-    the controls (one seed)."""
-    s, first = setup["factor"], setup["seeds"][0]
+    accuracies at MULTIPLES x L at each method's chosen rate (one 'seed' for the two readings of a base);
+    validation likewise; by_rate[method][lr][base][seed] and by_rate_validation for the whole grid; the sweep
+    and the controls (one seed)."""
+    s, first, B, S = setup["factor"], setup["seeds"][0], setup["bases"], setup["seeds"]
 
-    def tuned(method, b, seed):  # the grid's run of the chosen rate stands for its (base, seed)
-        return grid[method, lr[method]] if (b, seed) == (setup["bases"][0], first) else tunes[f"{method}-b{b}-s{seed}"]
-    accuracy = {"zero-shot": [[bases[f"base-{b}"][0]["test"]] for b in setup["bases"]],
-                "zero-shot+yarn": [[bases[f"base-{b}"][1]["test"]] for b in setup["bases"]]}
-    accuracy |= {m: [[tuned(m, b, seed)[0]["test"] for seed in setup["seeds"]] for b in setup["bases"]]
-                 for m in FINE_TUNES}
-    sweep = {"ryarn, range 2L": [[tuned("ryarn", b, first)[0]["test"]] for b in setup["bases"]]}
-    sweep |= {f"ryarn, range {top}L": [[tunes[f"ryarn-range{top}L-b{b}-s{first}"][0]["test"]] for b in setup["bases"]]
+    def run(method, b, seed):  # a fine-tune at its method's chosen rate
+        return grid[method, lr[method], b, seed] if method in GRID_METHODS else tunes[f"{method}-b{b}-s{seed}"]
+    accuracy = {"zero-shot": [[bases[f"base-{b}"][0]["test"]] for b in B],
+                "zero-shot+yarn": [[bases[f"base-{b}"][1]["test"]] for b in B]}
+    accuracy |= {m: [[run(m, b, seed)[0]["test"] for seed in S] for b in B] for m in FINE_TUNES}
+    validation = {m: [[run(m, b, seed)[0]["validation"] for seed in S] for b in B] for m in FINE_TUNES}
+    by_rate = {m: {f"{r:g}": [[grid[m, r, b, seed][0]["test"] for seed in S] for b in B] for r in setup["lrs"]}
+               for m in GRID_METHODS}
+    by_rate_validation = {m: {f"{r:g}": [[grid[m, r, b, seed][0]["validation"] for seed in S] for b in B]
+                              for r in setup["lrs"]} for m in GRID_METHODS}
+    sweep = {"ryarn, range 2L": [[run("ryarn", b, first)[0]["test"]] for b in B]}
+    sweep |= {f"ryarn, range {top}L": [[tunes[f"ryarn-range{top}L-b{b}-s{first}"][0]["test"]] for b in B]
               for top in setup["ranges"][1:]}
-    sweep[f"ryarn, range 2L, s' = {2 * s}"] = [[tuned("ryarn", b, first)[1]["test"]] for b in setup["bases"]]
+    sweep[f"ryarn, range 2L, s' = {2 * s}"] = [[run("ryarn", b, first)[1]["test"]] for b in B]
     controls = {task: {"zero-shot": [[bases[f"{task}-base-{b}"][0]["test"]] for b in setup["control_bases"]]}
                 | {m: [[tunes[f"{task}-{m}-b{b}"][0]["test"]] for b in setup["control_bases"]]
-                   for m in ("ft", "yarn", "ryarn")} for task in CONTROLS}
-    learning_rates = {"chosen": lr, "grid": {m: {f"{r:g}": {"validation": grid[m, r][0]["validation"],
-                                                            "beyond": beyond(grid[m, r][0]["test"])}
-                                                 for r in setup["lrs"]} for m in FINE_TUNES}}
-    return {"accuracy": accuracy, "sweep": sweep, "controls": controls, "learning_rates": learning_rates,
-            "base_validation": [bases[f"base-{b}"][0]["validation"] for b in setup["bases"]]}
+                   for m in ("ft", "yarn", "ryarn")} for task in CONTROLS if setup["control_bases"]}
+    learning_rates = {"chosen": lr, "grid": {m: {f"{r:g}": {
+        "validation": spread([v for per_base_ in by_rate_validation[m][f"{r:g}"] for v in per_base_])["mean"],
+        "beyond": spread([beyond(a) for per_base_ in by_rate[m][f"{r:g}"] for a in per_base_])["mean"]}
+        for r in setup["lrs"]} for m in GRID_METHODS}}
+    return {"accuracy": accuracy, "validation": validation, "by_rate": by_rate,
+            "by_rate_validation": by_rate_validation, "sweep": sweep, "controls": controls,
+            "learning_rates": learning_rates,
+            "base_validation": [bases[f"base-{b}"][0]["validation"] for b in B]}
 
 
 def commands(setup: dict, bases: dict, grid: dict, tunes: dict) -> dict:
-    """name -> the train.py command of every model this experiment trained (base-0, ryarn-b1-s10, ...; the grid's
-    runs on the first base and seed end in their learning rate: ryarn-b0-s10-lr0.001)."""
-    b, seed = setup["bases"][0], setup["seeds"][0]
+    """name -> the train.py command of every model this experiment trained (base-0, ryarn-b1-s10-lr0.001,
+    rpe-nocurr-b1-s10, ...)."""
     out = {name: command(job[0]) for name, job in bases.items()}
-    out |= {f"{m}-b{b}-s{seed}-lr{lr:g}": command(job[0]) for (m, lr), job in grid.items()}
+    out |= {f"{m}-b{b}-s{seed}-lr{lr:g}": command(job[0]) for (m, lr, b, seed), job in grid.items()}
     return out | {name: command(job[0]) for name, job in tunes.items()}
 
 
@@ -540,7 +638,7 @@ def run(args) -> None:
     data = {"command": command_line(args), "scale": scale, "settings": setup, "task": TASK,
             "task_options": TASK_OPTIONS, "lengths": [m * setup["L"] for m in MULTIPLES], "threshold": THRESHOLD,
             "fit_bar": setup["fit_bar"], "test_seed": TEST_SEED, "validation_seed": VALIDATION_SEED,
-            **tables(setup, bases, grid, lr, tunes)}
+            "pretrain_steps": pretrain_steps(setup, root), **tables(setup, bases, grid, lr, tunes)}
     data["claims"] = claims(data, setup["fit_bar"])
     data["commands"] = commands(setup, base_jobs, grid_jobs, tune_jobs)
     data["runtime"] = {"wall_s": round(time.perf_counter() - start, 1), "cpu_s": round(cpu_seconds() - cpu_start, 1),

@@ -53,8 +53,14 @@ def test_quick_experiment_writes_its_results(quick_run):
     assert set(data["claims"]) == set(ryarn.CLAIMS)
     assert all(c["verdict"].startswith(("reproduced", "reversed", "smaller than claimed", "undecided"))
                for c in data["claims"].values())
-    families = {len(ryarn.PRIMARY), len(ryarn.CLAIMS) - len(ryarn.PRIMARY)}
-    assert {c["family"] for c in data["claims"].values()} == families
+    primary = [c for c in data["claims"].values() if c["primary"]]
+    assert len(primary) == len(ryarn.PRIMARY) and all(set(c["by_rate"]) == {f"{lr:g}" for lr in QUICK["lrs"]}
+                                                      for c in primary)
+    assert {r["family"] for c in primary for r in c["by_rate"].values()} == {len(ryarn.PRIMARY) * len(QUICK["lrs"])}
+    assert {c["family"] for c in data["claims"].values() if not c["primary"]} == {len(ryarn.CLAIMS) - len(primary)}
+    for method in ryarn.GRID_METHODS:  # every grid method at every rate on every base
+        assert set(data["by_rate"][method]) == {f"{lr:g}" for lr in QUICK["lrs"]}
+        assert all(len(per_base) == len(bases) for per_base in data["by_rate"][method].values())
     assert set(data["learning_rates"]["chosen"].values()) <= set(QUICK["lrs"])
     markdown = (tmp_path / "results" / "quick" / "ryarn.md").read_text()
     assert "python eval.py --experiment ryarn --quick --threads 1" in markdown and "Runtime" in markdown
@@ -66,21 +72,32 @@ def test_quick_experiment_writes_its_results(quick_run):
 
 def test_claims_are_measured_per_base(quick_run):
     """Bugs caught: a gain taken over all runs pooled instead of per base; the zero-shot side not paired with
-    every seed; a claim's interval from another claim; the grid's chosen run not standing for its base."""
+    every seed; a claim's interval from another claim; a primary claim compared across two rates instead of
+    at one; the grid's rate not standing for its base."""
     data = quick_run[1]
+
+    def want(accuracy, better, worse, measure, fitted):
+        return [sum(measure(b) - measure(w) for b in bs for w in ws) / (len(bs) * len(ws))  # one seed here
+                for base, (bs, ws) in enumerate(zip(accuracy[better], accuracy[worse]))
+                if fitted[better][base] and fitted[worse][base]]
+    fitted = ryarn.fitted_models(data, data["fit_bar"])
     for name, (_, better, worse, measure) in ryarn.CLAIMS.items():
         result = data["claims"][name]
-        if result["verdict"] == "undecided (models did not fit)":
-            continue
-        fitted = ryarn.fitted_models(data, data["fit_bar"])
-        want = [sum(measure(b) - measure(w) for b in bs for w in ws) / (len(bs) * len(ws))
-                for base, (bs, ws) in enumerate(zip(data["accuracy"][better], data["accuracy"][worse]))
-                if fitted[better][base] and fitted[worse][base]]  # one seed at this scale
-        assert result["per_unit"] == pytest.approx(want)
-        assert result["mean"] == pytest.approx(sum(want) / len(want))
-    lr = data["learning_rates"]["chosen"]["ryarn"]
-    beyond_grid = data["learning_rates"]["grid"]["ryarn"][f"{lr:g}"]["beyond"]
-    assert common.beyond(data["accuracy"]["ryarn"][0][0]) == pytest.approx(beyond_grid)
+        if result["primary"]:
+            for lr, r in result["by_rate"].items():
+                accuracy, validation = ryarn.at_rate(data, lr)
+                at = ryarn.fitted_models({**data, "accuracy": accuracy}, data["fit_bar"], validation)
+                assert r["per_unit"] == pytest.approx(want(accuracy, better, worse, measure, at))
+                assert accuracy["ryarn"] == data["by_rate"]["ryarn"][lr]
+        elif result["verdict"] != "undecided (models did not fit)":
+            gains = want(data["accuracy"], better, worse, measure, fitted)
+            assert result["per_unit"] == pytest.approx(gains)
+            assert result["mean"] == pytest.approx(sum(gains) / len(gains))
+    lr = f"{data['learning_rates']['chosen']['ryarn']:g}"
+    assert data["accuracy"]["ryarn"] == data["by_rate"]["ryarn"][lr]  # the chosen rate's runs, on every base
+    beyond_grid = data["learning_rates"]["grid"]["ryarn"][lr]["beyond"]
+    assert common.spread([common.beyond(a[0]) for a in data["accuracy"]["ryarn"]])["mean"] == \
+        pytest.approx(beyond_grid)
 
 
 def test_verdict_rule_on_made_up_gains():
@@ -103,26 +120,33 @@ def test_verdict_rule_on_made_up_gains():
 
 def test_bases_that_did_not_fit_leave_every_claim_undecided():
     """Bug caught: a verdict (above all "not reproduced") resting on pretrained models that never learned the
-    task at L."""
-    acc = {m: [[[0.95, 0.1, 0.1, 0.1, 0.1]], [[0.96, 0.1, 0.1, 0.1, 0.1]], [[0.97, 0.1, 0.1, 0.1, 0.1]]]
-           for m in ryarn.MODELS}
-    unfit = ryarn.claims({"accuracy": acc, "base_validation": [0.95, 0.5, 0.5]}, 0.9)
-    assert {c["verdict"] for c in unfit.values()} == {"undecided (1 unit(s): 3 needed)"}
-    fitted = ryarn.claims({"accuracy": acc, "base_validation": [0.95, 0.95, 0.95]}, 0.9)
-    assert {c["verdict"].split(":")[0] for c in fitted.values()} == {"smaller than claimed"}
-    assert ryarn.claims({"accuracy": acc, "base_validation": [0.5, 0.5, 0.5]}, 0.9)["ryarn > yarn beyond L"][
-        "verdict"] == common.UNFIT
-    low = {**acc, "ryarn": [[[0.5, 0.1, 0.1, 0.1, 0.1]]] * 3}  # the fine-tune under the bar at L on every base
-    assert ryarn.claims({"accuracy": low, "base_validation": [0.95] * 3}, 0.9)["ryarn > yarn beyond L"][
-        "verdict"] == common.UNFIT
+    task at L, or on a fine-tune that lost it."""
+    run = [[0.95, 0.1, 0.1, 0.1, 0.1]]
+    acc = {m: [run] * 3 for m in ryarn.MODELS}
+
+    def data(base_validation, validation=0.95, ryarn_validation=0.95):
+        v = {m: [[ryarn_validation if m == "ryarn" else validation]] * 3 for m in ryarn.FINE_TUNES}
+        return {"accuracy": acc, "base_validation": base_validation, "validation": v,
+                "by_rate": {m: {"0.001": [run] * 3} for m in ryarn.GRID_METHODS},
+                "by_rate_validation": {m: {"0.001": v[m]} for m in ryarn.GRID_METHODS}}
+    unfit = ryarn.claims(data([0.95, 0.5, 0.5]), 0.9)
+    assert {c["verdict"] for c in unfit.values() if not c["primary"]} == {"undecided (1 unit(s): 3 needed)"}
+    assert {c["verdict"] for c in unfit.values() if c["primary"]} == {"undecided (1 unit(s): 3 needed) at every rate"}
+    fitted = ryarn.claims(data([0.95] * 3), 0.9)
+    assert {c["verdict"].split(":")[0] for c in fitted.values() if not c["primary"]} == {"smaller than claimed"}
+    assert ryarn.claims(data([0.5] * 3), 0.9)["ryarn > ft beyond L"]["verdict"] == common.UNFIT
+    lost = ryarn.claims(data([0.95] * 3, ryarn_validation=0.5), 0.9)  # the fine-tune under the bar at L
+    assert lost["ryarn > ft beyond L"]["verdict"] == common.UNFIT
+    assert lost["ryarn > yarn beyond L"]["by_rate"]["0.001"]["verdict"] == common.UNFIT
 
 
 def test_every_model_replays_from_its_command(quick_run, tmp_path):
     """Bug caught: a recorded command that is not the one the experiment ran (a flag or the learning rate left
     out), so that retraining a model alone gives other weights."""
     folder, data = quick_run
-    assert {"base-0", "base-1", f"ryarn-b1-s{QUICK['seeds'][0]}"} <= set(data["commands"])
-    cmd = data["commands"][f"ryarn-b1-s{QUICK['seeds'][0]}"]
+    replayed = f"ryarn-b1-s{QUICK['seeds'][0]}-lr{QUICK['lrs'][-1]:g}"
+    assert {"base-0", "base-1", replayed, f"ryarn-nocurr-b1-s{QUICK['seeds'][0]}"} <= set(data["commands"])
+    cmd = data["commands"][replayed]
     argv = shlex.split(cmd)
     assert argv[:2] == ["python", "train.py"]
     out = argv[argv.index("--out") + 1]
