@@ -114,6 +114,8 @@ def int_keys(obj: dict) -> dict:
 # named function of experiments/NAME.py renders from results/NAME.json (tests/test_rendered.py checks it).
 BLOCK = re.compile(r"(<!-- rendered by experiments/(\w+)\.py (\w+)\(\) from results/\2\.json -->\n)(.*?)"
                    r"(<!-- end rendered -->)", re.S)
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -345,20 +347,26 @@ def map_jobs(worker, items: list, jobs: int = 1, threads: int = 1, bar=None) -> 
                     bar.update(1)
             return [f.result() for f in futures]
         except KeyboardInterrupt:
-            with signals_deferred():  # a second Ctrl-C while the workers stop changes nothing
-                workers = list(pool._processes.values())
-                pool.shutdown(wait=False, cancel_futures=True)
-                for process in workers:  # SIGTERM each: see worker_setup
-                    process.terminate()
-                for process in workers:
-                    process.join()
+            stop_workers(pool)
             raise stopped(len(done), len(items)) from None
         except concurrent.futures.process.BrokenProcessPool:
             raise UsageError("a worker process died (killed, or out of memory); the models it had finished are "
                              "in runs/: run the same command again") from None
-        except Exception:  # one run failed (its error is reported): the queue behind it is not trained for nothing
-            pool.shutdown(wait=False, cancel_futures=True)
+        except Exception:  # one run failed (its error is reported): nothing behind it is trained for nothing
+            stop_workers(pool)
             raise
+
+
+def stop_workers(pool) -> None:
+    """Cancel what has not started and stop the workers now: SIGTERM each (see worker_setup), so that one in a
+    training step finishes that step and saves its checkpoint, and the others end at once."""
+    with signals_deferred():  # a second Ctrl-C while the workers stop changes nothing
+        workers = list(pool._processes.values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in workers:
+            process.terminate()
+        for process in workers:
+            process.join()
 
 
 def worker_setup(threads: int) -> None:

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -164,3 +165,24 @@ def test_a_new_run_into_an_empty_folder_is_built_inside_it_and_left_whole(tmp_pa
     os.makedirs(run)
     assert train.main([*RUN, "--out", run]) == 0
     assert weights(run) and not os.path.exists(os.path.join(run, ".lengen.new"))
+
+
+def fail_or_sleep(item):
+    """A --jobs worker for the tests below: 'fail' raises at once; (path, seconds) sleeps, then writes path."""
+    if item == "fail":
+        raise ValueError("planted failure")
+    path, seconds = item
+    for _ in range(10 * seconds):  # as a training loop: back in Python many times a second
+        time.sleep(0.1)
+    open(path, "w").close()
+
+
+def test_a_failing_run_stops_the_pool_at_once(tmp_path):
+    """Bug caught (item 9): after one model failed, the pool went on training (33 s more at --quick) what was
+    already running and queued. Now the workers are stopped: the sleeping item never finishes."""
+    from experiments import common
+    done = str(tmp_path / "finished")
+    with pytest.raises(ValueError, match="planted failure"):
+        common.map_jobs(fail_or_sleep, ["fail", (done, 3), (done + "2", 3)], jobs=2)
+    time.sleep(4)  # long enough for a worker that was left running to finish its item
+    assert not os.path.exists(done) and not os.path.exists(done + "2")
