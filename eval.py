@@ -40,8 +40,8 @@ import hf
 import lengen
 import tasks
 import text_tasks
-from runs import (RUN_FILES, Interrupted, Parser, RunConfig, UsageError, check_machine, check_memory, closed_stdout,
-                  finite, hold, int_set, load_checkpoint, read_config, save_atomic)
+from runs import (MAX_SAMPLES, RUN_FILES, Interrupted, Parser, RunConfig, UsageError, check_machine, check_memory,
+                  closed_stdout, finite, hold, int_set, load_checkpoint, read_config, save_atomic)
 
 # ---------------------------------------------------------------------------------------------------------
 # Loading a run
@@ -524,8 +524,8 @@ def main(argv: list[str] | None = None) -> int:
             run_experiment("bench", args)
         elif args.experiment:
             run_experiment(args.experiment, args)
-        elif args.samples is not None and args.samples < 1:
-            raise UsageError("--samples must be >= 1")
+        elif args.samples is not None and not 1 <= args.samples <= MAX_SAMPLES:
+            raise UsageError(f"--samples must be 1..{MAX_SAMPLES:,}")
         elif llm:
             llm_eval_command(args)
         elif args.run:

@@ -37,9 +37,9 @@ import lengen
 import tasks
 import text_tasks
 from eval import evaluate, final_table, load_run, markdown_table, model_config
-from runs import (Interrupted, Parser, RunConfig, RunFolder, UsageError, check_machine, check_memory, check_runtime,
-                  closed_stdout, finite, hold, int_range, int_set, learning_rate, load_checkpoint, refuse_unused,
-                  resume_config, save_atomic, set_learning_rate)
+from runs import (MAX_SAMPLES, Interrupted, Parser, RunConfig, RunFolder, UsageError, check_machine, check_memory,
+                  check_runtime, closed_stdout, finite, hold, int_range, int_set, learning_rate, load_checkpoint,
+                  refuse_unused, resume_config, save_atomic, set_learning_rate)
 
 
 # Defaults of a small GPT trained from scratch; an LLM fine-tune has its own (finetune.DEFAULTS).
@@ -474,8 +474,8 @@ def check_numbers(cfg: RunConfig) -> None:
     for flag in ("steps", "batch", "save_every", "layers", "heads", "dim", "max_len", "fit_every"):
         if getattr(cfg, flag) < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
-    if cfg.eval_samples < 0:
-        raise UsageError("--eval-samples must be >= 0")
+    if not 0 <= cfg.eval_samples <= MAX_SAMPLES:
+        raise UsageError(f"--eval-samples must be 0..{MAX_SAMPLES:,}")
     if cfg.rope_base <= 1:
         raise UsageError("--rope-base must be > 1 (rotary frequencies are base^(-2i/d))")
     if cfg.scaling == "none" and cfg.factor != 1:

@@ -4,10 +4,12 @@ its runtime), statistics over seeds and the verdict rule, the job pool and the r
 An experiment reads top to bottom as a story (its building blocks, its runs, its claims, its writers); this file
 is the machinery under those stories:
 - figures: line_styles (one colour per method in every panel), seed_curve; plot_curves and pyplot are eval.py's;
-- results: write_results;
+- results: write_results; rerender (--render: decide a committed result again) and render_blocks (the claims
+  tables of README.md and docs/, rendered from results/NAME.json);
 - statistics: spread and fmt (a statistic over seeds and how it is written), beyond (the beyond-L mean);
-- verdicts: UNFIT, FIT_BAR, verdict (a claim made of sub-claims), unit_verdict with THRESHOLD (a gain over
-  independent units), all_of (a claim that needs several comparisons);
+- verdicts: UNFIT, FIT_BAR, verdict (a claim made of sub-claims), rule and decide (gains over independent
+  units, a table at a time, Holm-adjusted; THRESHOLD), unit_verdict (a table of one), all_of (a claim that
+  needs several comparisons);
 - running: map_jobs (--jobs N worker processes), train_once (a run trained once), cpu_seconds.
 How an experiment is found by its name and started (scale_name, command_line, check_out_dir, run_experiment)
 is eval.py's command line.
