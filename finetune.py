@@ -224,12 +224,7 @@ def train(cfg: dict, on_step=None):
     cfg.update(scaling="yarn" if yarn else "none", original_len=original, processes=dist.world(),
                global_batch=cfg["batch"] * cfg["grad_accum"] * dist.world())
     hf.apply_llm_rope(model, cfg["scaling"], cfg["factor"])
-    # Randomized positions come from [0, max_position) for an n-token sample. max_position is a multiple of the
-    # sample length: it widens from 1x to range x (Paper R's stages by default), or is range x from the first
-    # step with --no-curriculum. Every process computes the same max_position from the step.
-    n = cfg["train_len"][1]
-    end = int(round(cfg["range"] * n))
-    curriculum = None if cfg["no_curriculum"] else lengen.LengthCurriculum(n, end, cfg["steps"], cfg["range_shape"])
+    curriculum, end = position_range(cfg)
     model, params = trainable(model, cfg, device)
     optimizer = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["wd"])
     position_rng = torch.Generator().manual_seed(cfg["seed"] + 2)
@@ -259,6 +254,16 @@ def train(cfg: dict, on_step=None):
             log.write(json.dumps(row) + "\n")
         bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}")
     return save(model, tokenizer, cfg, out, log), tokenizer, cfg
+
+
+def position_range(cfg: dict) -> tuple:
+    """Randomized positions come from [0, max_position) for an n-token sample. max_position is a multiple of the
+    sample length: it widens from 1x to range x (Paper R's stages by default), or is range x from the first step
+    with --no-curriculum. Returns (the curriculum, a function of the step, or None; range x n). Every process
+    computes the same max_position from the step."""
+    n = cfg["train_len"][1]
+    end = int(round(cfg["range"] * n))
+    return (None if cfg["no_curriculum"] else lengen.LengthCurriculum(n, end, cfg["steps"], cfg["range_shape"])), end
 
 
 def take_step(model, params, optimizer, mine: list, device, bf16: bool, step: int, on_step=None) -> tuple:

@@ -252,8 +252,16 @@ def markdown(data: dict) -> str:
         loss = result["training_loss"]
         loss = f"{loss['first']:.2f} → {loss['last']:.2f}" if loss else "—"
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {loss} | {result['minutes']:.1f} |")
-    lines += ["", "Methods: " + "; ".join(f"`{m}`: {LABELS[m]}" for m in results) + ".", "",
-              f"## Comparisons at every length, prompt by prompt (the model's own context: {context} tokens)", "",
+    lines += ["", "Methods: " + "; ".join(f"`{m}`: {LABELS[m]}" for m in results) + ".", ""]
+    lines += comparisons_section(data)
+    lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
+    return "\n".join(lines) + "\n"
+
+
+def comparisons_section(data: dict) -> list[str]:
+    """Every comparison at every length, with the rule it is decided by."""
+    setup, context = data["settings"], data["context"]
+    lines = [f"## Comparisons at every length, prompt by prompt (the model's own context: {context} tokens)", "",
               "The rule: a comparison is reproduced when the interval of the prompt-paired difference in the "
               "answer's log-probability lies above 0, reversed when it lies below 0, undecided otherwise; every "
               "comparison of the table is one family (Holm), and a comparison whose fine-tune did not fit (exact "
@@ -266,8 +274,7 @@ def markdown(data: dict) -> str:
     lines += [f"| {c['better']} − {c['worse']} | {c['length']} | {c['prompts']} | {c['logprob']:+.2f} "
               + (f"[{c['low']:+.2f}, {c['high']:+.2f}] | {c['detectable']:.2f}" if c["low"] == c["low"] else "| —")
               + f" | {c['top1']:+.2f} | {c['exact']:+.2f} | **{c['verdict']}** |" for c in data["comparisons"]]
-    lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def summary(data: dict) -> str:
