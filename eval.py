@@ -525,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.experiment:
             run_experiment(args.experiment, args)
         elif args.samples is not None and not 1 <= args.samples <= MAX_SAMPLES:
-            raise UsageError(f"--samples must be 1..{MAX_SAMPLES:,}")
+            raise UsageError(f"--samples must be >= 1 and at most {MAX_SAMPLES:,}")
         elif llm:
             llm_eval_command(args)
         elif args.run:

@@ -475,7 +475,7 @@ def check_numbers(cfg: RunConfig) -> None:
         if getattr(cfg, flag) < 1:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 1")
     if not 0 <= cfg.eval_samples <= MAX_SAMPLES:
-        raise UsageError(f"--eval-samples must be 0..{MAX_SAMPLES:,}")
+        raise UsageError(f"--eval-samples must be >= 0 and at most {MAX_SAMPLES:,}")
     if cfg.rope_base <= 1:
         raise UsageError("--rope-base must be > 1 (rotary frequencies are base^(-2i/d))")
     if cfg.scaling == "none" and cfg.factor != 1:
