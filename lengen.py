@@ -648,6 +648,59 @@ def softmax_attention(q, k, v, bias_fn=None, positions=None, query_block: int = 
     return torch.cat(out, dim=2)
 
 
+# ALiBi through the fused kernel. Its logit is q_i.k_j / sqrt(D) - m (p_i - p_j), and for any reference r
+#     q_i.k_j / sqrt(D) - m (p_i - p_j) = [q_i, sqrt(D)] . [k_j, m (p_j - r)] / sqrt(D)  -  m (p_i - r),
+# where the last term is the same for every key of query i, so softmax ignores it: the bias is one more head
+# dimension, and torch's fused kernel runs ALiBi at any position ids, with its backward, never building a logit.
+# float32 keeps a logit to ~6e-8 of its size, so r is the middle of a block of queries spanning at most
+# ALIBI_SPAN / m_max positions: a key that matters (near its query) carries |m (p_j - r)| of about ALIBI_SPAN / 2
+# at most, and the output stays within ~4e-6 of every logit written out (tests/test_alibi_fused.py). Ids so
+# sparse that blocks would hold under ALIBI_MIN_BLOCK queries on average keep the bias blocks above, and
+# attention_path says so.
+ALIBI_SPAN, ALIBI_MIN_BLOCK = 64.0, 16
+
+
+def alibi_blocks(positions: torch.Tensor, top_slope: float, span: float = ALIBI_SPAN) -> list[tuple[int, int]] | None:
+    """(start, stop) blocks of queries, each within span / top_slope positions of its first query in every row
+    of positions (T,) or (B, T); None when they would hold fewer than ALIBI_MIN_BLOCK queries on average."""
+    rows = positions.reshape(-1, positions.shape[-1]).contiguous()
+    T, blocks, start = rows.shape[-1], [], 0
+    while start < T and len(blocks) <= T // ALIBI_MIN_BLOCK:
+        reach = rows[:, start:start + 1] + span / top_slope
+        stop = max(start + 1, int(torch.searchsorted(rows, reach, right=True).min()))
+        blocks.append((start, stop))
+        start = stop
+    return blocks if start == T else None
+
+
+def alibi_attention(q, k, v, slopes: torch.Tensor, positions: torch.Tensor, blocks) -> torch.Tensor:
+    """ALiBi's softmax attention (alibi_bias added to the logits) through scaled_dot_product_attention, with the
+    bias as one more head dimension (derived above); blocks from alibi_blocks. v gets a zero column, since the
+    fused kernels want one head size for q, k and v. Block 0 is plain causal; a later block's queries see every
+    key up to their own, a corner of one float mask. Returns (B, H, T, D)."""
+    B, H, T, D = q.shape
+    q = torch.cat((q, q.new_full((B, H, T, 1), math.sqrt(D))), dim=-1)
+    v = torch.cat((v, v.new_zeros(B, H, T, 1)), dim=-1)
+    keys = None if torch.is_grad_enabled() else torch.cat((k, k.new_empty(B, H, T, 1)), dim=-1)  # see below
+    positions = positions.reshape(-1, 1, T)  # (B|1, 1, T)
+    rows = max(stop - start for start, stop in blocks)
+    corner = torch.zeros(rows, T, dtype=q.dtype, device=q.device).masked_fill(
+        ~_causal_mask(T - rows, T, q.device), float("-inf"))  # the last `rows` queries against all T keys
+    out = []
+    for start, stop in blocks:
+        middle = (positions[..., start:start + 1] + positions[..., stop - 1:stop]) // 2  # r
+        offset = (slopes[:, None] * (positions[..., :stop] - middle)).to(k.dtype)  # (B|1, H, stop)
+        if keys is None:  # autograd keeps every block's keys: a copy each
+            key = torch.cat((k[:, :, :stop], offset.expand(B, H, stop)[..., None]), dim=-1)
+        else:  # no gradients: one copy of the keys, its last column rewritten for each block
+            key = keys[:, :, :stop]
+            key[..., D] = offset
+        mask = None if start == 0 else corner[rows - (stop - start):, T - stop:]
+        out.append(F.scaled_dot_product_attention(q[:, :, start:stop], key, v[:, :, :stop], attn_mask=mask,
+                                                  is_causal=start == 0, scale=1 / math.sqrt(D))[..., :D])
+    return torch.cat(out, dim=2)
+
+
 def linear_attention(q, k, v, normalised: bool = False, query_block: int = 1024) -> torch.Tensor:
     """Causal linear attention: out_i = sum_{j<=i} s_ij v_j, with no softmax.
     Unnormalised, s_ij = q_i . k_j / sqrt(D): the control of arXiv 2607.18759, where a longer input simply adds
@@ -722,6 +775,7 @@ class PositionInfo:
     rope: tuple[torch.Tensor, ...] | None = None  # (cos, sin) for q and k, or xPos's (cos_q, sin_q, cos_k, sin_k)
     bias: Callable | None = None                  # bias(q_pos, k_pos) -> (B|1, H, Tq, Tk): a logit bias
     score_mod: Callable | None = None             # the bias as flex attention's score_mod: this forward takes flex
+    alibi: tuple | None = None                    # (slopes, alibi_blocks): ALiBi as one more head dimension, fused
 
 
 class CausalSelfAttention(nn.Module):
@@ -743,6 +797,8 @@ class CausalSelfAttention(nn.Module):
         elif return_attention:
             y, logits, weights = attention_with_weights(q, k, v, pos.bias, pos.ids)
             analysis = {"logits": logits, "weights": weights}
+        elif pos.alibi is not None and q.dtype in (torch.float32, torch.float64):  # a 16-bit model: blocks
+            y = alibi_attention(q, k, v, pos.alibi[0], pos.ids, pos.alibi[1])
         elif pos.score_mod is not None:
             y = flex_softmax_attention(q, k, v, pos.score_mod)
         else:
@@ -802,9 +858,10 @@ class GPT(nn.Module):
             x = x + added.to(x.dtype)
         x = self.drop(x)
         bias = self.pos.bias if self.pos.acts_on == "logits" else None
-        flex = bias is not None and not return_attention and self.attention_path(T)[0] == "flex"  # section 8
+        path = self.attention_path(T, positions)[0] if bias is not None and not return_attention else None
+        alibi = (self.pos.slopes, alibi_blocks(positions, float(self.pos.slopes.max()))) if path == "fused" else None
         pos = PositionInfo(positions, self.pos.rotary(positions), bias,  # rotary: once, shared by every layer
-                           self.pos.score_mod(positions.expand(B, T)) if flex else None)
+                           self.pos.score_mod(positions.expand(B, T)) if path == "flex" else None, alibi)  # section 8
         layers = []
         for block in self.blocks:
             x, analysis = block(x, pos, return_attention)
@@ -812,12 +869,13 @@ class GPT(nn.Module):
         logits = self.head(self.ln_f(x))
         return (logits, layers) if return_attention else logits
 
-    def attention_path(self, length: int) -> tuple[str, str]:
-        """("fused" | "flex" | "blocks" | "linear", why) for a forward of `length` tokens here and now."""
+    def attention_path(self, length: int, positions: torch.Tensor | None = None) -> tuple[str, str]:
+        """("fused" | "flex" | "blocks" | "linear", why) for a forward of `length` tokens (at `positions`, default
+        0..length-1) here and now."""
         if self.config.attention == "linear":
             return "linear", "linear attention"
         return attention_path(self.pos, length, self.head.weight.device, torch.is_grad_enabled(),
-                              self.config.dim // self.config.heads)
+                              self.config.dim // self.config.heads, positions)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -914,13 +972,25 @@ def flex_unavailable(device_type: str) -> str | None:
 
 
 def attention_path(encoding: "PositionalEncoding", length: int, device, grad_enabled: bool,
-                   head_dim: int = 16) -> tuple[str, str]:
-    """How softmax attention runs a forward of `length` tokens, and why: "fused" (no bias: torch's SDPA),
-    "flex" (the encoding's score_mod, compiled) or "blocks" (the bias built a block of queries at a time).
-    Flex is for long evaluations. Training stays on blocks: compiled flex attention runs inference only on CPU,
-    and a training run meets many short lengths, each of which would compile (~10-20 s) to save milliseconds."""
+                   head_dim: int = 16, positions: torch.Tensor | None = None) -> tuple[str, str]:
+    """How softmax attention runs a forward of `length` tokens at `positions` (default 0..length-1), and why:
+    "fused" (torch's SDPA: no bias, or ALiBi's as one more head dimension), "flex" (the encoding's score_mod,
+    compiled) or "blocks" (the bias built a block of queries at a time). Flex is for long evaluations. Training
+    stays on blocks: compiled flex attention runs inference only on CPU, and a training run meets many short
+    lengths, each of which would compile (~10-20 s) to save milliseconds."""
     if encoding.acts_on != "logits":
         return "fused", "no bias"
+    if isinstance(encoding, ALiBi):
+        why_not = alibi_unfused(encoding, length, device, positions)
+        if why_not is None:
+            return "fused", "ALiBi's bias as one more head dimension (alibi_attention)"
+        path, why = bias_path(encoding, length, device, grad_enabled, head_dim)
+        return path, f"{why_not}; {why}"
+    return bias_path(encoding, length, device, grad_enabled, head_dim)
+
+
+def bias_path(encoding: "PositionalEncoding", length: int, device, grad_enabled: bool, head_dim: int):
+    """attention_path for a bias that does not go through the fused kernel: flex or blocks."""
     if grad_enabled:
         return "blocks", "gradients: compiled flex attention is inference-only on CPU, and a compile per shape"
     flex_from = getattr(encoding, "flex_from", FLEX_FROM.get(type(encoding), 4096))
@@ -930,3 +1000,16 @@ def attention_path(encoding: "PositionalEncoding", length: int, device, grad_ena
         return "blocks", f"head dim {head_dim}: flex attention's CUDA kernels need at least 16"
     why_not = flex_unavailable(torch.device(device).type)
     return ("blocks", why_not) if why_not else ("flex", "a bias, no gradients, a long input")
+
+
+def alibi_unfused(encoding: ALiBi, length: int, device, positions: torch.Tensor | None) -> str | None:
+    """Why ALiBi cannot take alibi_attention here (None: it can): under autocast to a 16-bit type the extra
+    dimension would round the bias to ~1e-3 of ALIBI_SPAN; ids too sparse would need blocks of a few queries."""
+    device_type = torch.device(device).type
+    if torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type) != torch.float32:
+        return "autocast to 16 bits: the bias would round in one more head dimension"
+    positions = torch.arange(length) if positions is None else positions
+    if alibi_blocks(positions, float(encoding.slopes.max())) is None:
+        return (f"ids too sparse: fused ALiBi would need blocks under {ALIBI_MIN_BLOCK} queries "
+                f"(ALIBI_SPAN {ALIBI_SPAN:g} / slope {float(encoding.slopes.max()):g} positions each)")
+    return None

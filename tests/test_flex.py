@@ -87,28 +87,29 @@ def test_attention_path_says_which_path_and_why(monkeypatch):
     kernel; linear attention reported as softmax; a threshold read from anywhere but the one table, FLEX_FROM
     (or the one model's own `pos.flex_from` that the benchmarks and tests set)."""
     monkeypatch.setattr(L, "flex_unavailable", lambda device_type: None)
-    alibi, rope = L.ALiBi(4), L.Rotary(8)
+    kerple, rope = L.KerpleLog(4), L.Rotary(8)
     assert L.attention_path(rope, 10 ** 5, "cpu", grad_enabled=False)[0] == "fused"
     assert L.FLEX_FROM == {L.ALiBi: 16384, L.KerpleLog: 16384, L.T5Bias: 4096, L.FIRE: 4096}
     assert not any(hasattr(cls, "flex_from") for cls in L.ENCODINGS.values())  # the table is the one place
-    for encoding in (alibi, L.T5Bias(4), L.KerpleLog(4), L.FIRE(4)):
+    for encoding in (L.ALiBi(4), L.T5Bias(4), kerple, L.FIRE(4)):  # ALiBi at ids too sparse for its fused path
         threshold = L.FLEX_FROM[type(encoding)]
-        assert L.attention_path(encoding, threshold, "cpu", grad_enabled=False)[0] == "flex"
-        taken, why = L.attention_path(encoding, threshold - 1, "cpu", grad_enabled=False)
+        sparse = torch.arange(threshold) * 1000
+        assert L.attention_path(encoding, threshold, "cpu", False, 16, sparse)[0] == "flex"
+        taken, why = L.attention_path(encoding, threshold - 1, "cpu", False, 16, sparse[1:])
         assert taken == "blocks" and f"under {threshold} tokens" in why and "FLEX_FROM" in why
-    monkeypatch.setitem(L.FLEX_FROM, L.ALiBi, 64)
-    assert L.attention_path(alibi, 64, "cpu", grad_enabled=False)[0] == "flex"
-    pinned = L.ALiBi(4)
+    monkeypatch.setitem(L.FLEX_FROM, L.KerpleLog, 64)
+    assert L.attention_path(kerple, 64, "cpu", grad_enabled=False)[0] == "flex"
+    pinned = L.KerpleLog(4)
     pinned.flex_from = 65  # this encoding alone
     assert L.attention_path(pinned, 64, "cpu", grad_enabled=False)[0] == "blocks"
-    assert L.attention_path(alibi, 64, "cpu", grad_enabled=False)[0] == "flex"
-    assert L.attention_path(alibi, 10 ** 5, "cpu", grad_enabled=True)[0] == "blocks"
-    assert L.attention_path(alibi, 10 ** 5, "cuda", grad_enabled=False, head_dim=8)[0] == "blocks"
-    assert L.attention_path(alibi, 10 ** 5, "cuda", grad_enabled=False, head_dim=16)[0] == "flex"
+    assert L.attention_path(kerple, 64, "cpu", grad_enabled=False)[0] == "flex"
+    assert L.attention_path(kerple, 10 ** 5, "cpu", grad_enabled=True)[0] == "blocks"
+    assert L.attention_path(kerple, 10 ** 5, "cuda", grad_enabled=False, head_dim=8)[0] == "blocks"
+    assert L.attention_path(kerple, 10 ** 5, "cuda", grad_enabled=False, head_dim=16)[0] == "flex"
     linear = L.GPT(L.GPTConfig(vocab_size=4, encoding="rope", attention="linear"))
     assert linear.attention_path(10 ** 5)[0] == "linear"
     monkeypatch.setattr(L, "flex_unavailable", lambda device_type: "no compiler")
-    assert L.attention_path(alibi, 10 ** 5, "cpu", grad_enabled=False) == ("blocks", "no compiler")
+    assert L.attention_path(kerple, 10 ** 5, "cpu", grad_enabled=False) == ("blocks", "no compiler")
 
 
 def test_the_gpt_takes_flex_only_without_gradients_and_without_analysis(monkeypatch):
@@ -121,8 +122,8 @@ def test_the_gpt_takes_flex_only_without_gradients_and_without_analysis(monkeypa
 
     monkeypatch.setattr(L, "flex_unavailable", lambda device_type: None)
     monkeypatch.setattr(L, "flex_softmax_attention", flex_called)
-    monkeypatch.setitem(L.FLEX_FROM, L.ALiBi, 64)
-    model, idx = trained_looking("alibi"), torch.randint(0, 16, (1, 100))
+    monkeypatch.setitem(L.FLEX_FROM, L.KerpleLog, 64)
+    model, idx = trained_looking("kerple"), torch.randint(0, 16, (1, 100))
     model(idx).sum().backward()  # eval mode, gradients on
     with torch.no_grad():
         model(idx, return_attention=True)
@@ -146,8 +147,8 @@ def test_a_failed_compile_becomes_a_reason_and_the_forward_falls_back(monkeypatc
         reason = L.flex_unavailable("cpu")
         assert reason.startswith("flex attention does not compile here: RuntimeError: C++ compile error")
         assert "\n" not in reason
-        monkeypatch.setitem(L.FLEX_FROM, L.ALiBi, 64)
-        model, idx = trained_looking("alibi"), torch.randint(0, 16, (1, 100))
+        monkeypatch.setitem(L.FLEX_FROM, L.KerpleLog, 64)
+        model, idx = trained_looking("kerple"), torch.randint(0, 16, (1, 100))
         with torch.no_grad():
             assert model.attention_path(100) == ("blocks", reason)
             model(idx)
@@ -169,7 +170,8 @@ def test_compiled_flex_gpt_equals_the_block_path(encoding, monkeypatch):
     model, idx = trained_looking(encoding), torch.randint(0, 16, (2, LENGTH), generator=torch.Generator())
     calls, flex_attention_of_lengen = [], L.flex_softmax_attention
     monkeypatch.setattr(L, "flex_softmax_attention", lambda *args: calls.append(1) or flex_attention_of_lengen(*args))
-    for positions in (uneven_positions(2, LENGTH), None):
+    spread = 1000 if encoding == "alibi" else 1  # ALiBi takes flex only at ids too sparse for its fused path
+    for positions in (uneven_positions(2, LENGTH) * spread, torch.arange(LENGTH) * spread if spread > 1 else None):
         with torch.no_grad():
             model.pos.flex_from = LENGTH
             flex = model(idx, positions)

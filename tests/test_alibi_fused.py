@@ -1,0 +1,163 @@
+"""ALiBi through the fused kernel (lengen.alibi_attention): the bias carried as one more head dimension equals
+the bias added to the logits, in outputs and in gradients, at contiguous and randomized ids, per-row ids and a
+ragged last block; the GPT takes that path where attention_path says so, and keeps the bias blocks, saying why,
+where float32 could not hold the bias exactly enough.
+
+The reference is attention_with_weights in float64 (every logit written out); both float32 paths are held to it
+within 1e-5.
+"""
+import pytest
+import torch
+
+import lengen as L
+
+TOLERANCE = 1e-5
+
+
+def reference(q, k, v, slopes, positions):
+    """softmax(q k^T / sqrt(D) + alibi_bias) v, every logit written out, in float64."""
+    def bias(q_pos, k_pos):
+        return L.alibi_bias(L.distances(q_pos, k_pos)[:, None], slopes[:, None, None]).double()
+    return L.attention_with_weights(q.double(), k.double(), v.double(), bias, positions)[0]
+
+
+def qkv(batch, heads, length, head_dim=16, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(batch, heads, length, head_dim, generator=generator) for _ in range(3)]
+
+
+def fused(q, k, v, slopes, positions):
+    blocks = L.alibi_blocks(positions, float(slopes.max()))
+    assert blocks is not None, "these ids should take the fused path"
+    return L.alibi_attention(q, k, v, slopes, positions, blocks), blocks
+
+
+@pytest.mark.parametrize("heads, length, top, batch", [
+    (8, 1000, None, 1),          # contiguous, 8 heads (steepest slope 1/2): 64-position blocks, a ragged last one
+    (4, 777, None, 2),           # contiguous ids, shared by the rows
+    (2, 3000, 2 ** 14, 2),       # randomized, different in every row (gaps ~5)
+    (1, 4096, 2 ** 20, 1),       # randomized up to 2^20 (gaps ~256): one head, slope 1/256
+])
+def test_fused_alibi_equals_the_bias_on_the_logits(heads, length, top, batch):
+    """Bug caught: the extra column's sign flipped, the block offset dropped (m p_j instead of m (p_j - r):
+    errors of 1e-4 at a few thousand positions), the key block not cut at its queries' last key, the causal mask
+    of a later block aligned to its top-left corner, the output's extra column kept, or the scale left at
+    1/sqrt(D + 1)."""
+    q, k, v = qkv(batch, heads, length)
+    slopes = L.alibi_slopes(heads)
+    positions = torch.arange(length) if top is None else L.randomized_positions(
+        batch, length, top, generator=torch.Generator().manual_seed(1))
+    out, blocks = fused(q, k, v, slopes, positions)
+    assert len(blocks) > 1 and blocks[-1][1] == length  # more than one block, and every query in one
+    assert out.shape == q.shape
+    assert (out.double() - reference(q, k, v, slopes, positions)).abs().max() < TOLERANCE
+
+
+@pytest.mark.slow
+def test_fused_alibi_holds_at_32k_contiguous_tokens():
+    """The offset is what keeps 32K positions exact: without it, m p_j reaches 16K at slope 1/2."""
+    length, heads = 32768, 8
+    q, k, v = qkv(1, heads, length, head_dim=8)
+    slopes = L.alibi_slopes(heads)
+    positions = torch.arange(length)
+    out, _ = fused(q, k, v, slopes, positions)
+    rows = torch.arange(length - 64, length)  # the last queries see every key: check them in float64
+    bias = L.alibi_bias(L.distances(positions[rows], positions)[:, None], slopes[:, None, None])[0].double()
+    logits = q[0, :, rows].double() @ k[0].double().transpose(-2, -1) / 8 ** 0.5 + bias
+    logits = logits.masked_fill(rows[:, None] < positions[None, :], float("-inf"))
+    expected = logits.softmax(-1) @ v[0].double()
+    assert (out[0, :, rows].double() - expected).abs().max() < TOLERANCE
+
+
+def test_fused_alibi_gradients_equal_the_bias_on_the_logits():
+    """Bug caught: a gradient that does not reach q or k through the concatenation (q, k detached before their
+    extra column), or the value padding's column leaking into v's gradient."""
+    heads, length = 4, 600
+    slopes = L.alibi_slopes(heads)
+    positions = L.randomized_positions(2, length, 4 * length, generator=torch.Generator().manual_seed(2))
+    weights = torch.randn(2, heads, length, 16, generator=torch.Generator().manual_seed(3))
+    grads = []
+    for run in ("fused", "reference"):
+        q, k, v = (x.double().requires_grad_() if run == "reference" else x.requires_grad_()
+                   for x in qkv(2, heads, length))
+        out = fused(q, k, v, slopes, positions)[0] if run == "fused" else reference(q, k, v, slopes, positions)
+        (out * weights.to(out.dtype)).sum().backward()
+        grads.append([x.grad.double() for x in (q, k, v)])
+    for ours, theirs in zip(*grads):
+        assert (ours - theirs).abs().max() < TOLERANCE
+
+
+def test_the_gpt_takes_the_fused_path_and_matches_the_written_out_logits(monkeypatch):
+    """ALiBi models train and evaluate through alibi_attention (attention_path says fused, with or without
+    gradients), and give the logits of every logit written out. Bug caught: GPT.forward not handing the plan to
+    attention, or planning on other ids than the forward's."""
+    torch.manual_seed(0)
+    model = L.GPT(L.GPTConfig(vocab_size=16, layers=2, heads=8, dim=64, encoding="alibi")).eval()
+    idx = torch.randint(16, (2, 400))
+    positions = L.randomized_positions(2, 400, 1200, generator=torch.Generator().manual_seed(4))
+    assert model.attention_path(400, positions)[0] == "fused"
+    called = []
+    monkeypatch.setattr(L, "alibi_attention", lambda *a: called.append(1) or fused_call(*a))
+    with torch.no_grad():
+        assert model.attention_path(400, positions)[0] == "fused"
+        ours = model(idx, positions)
+        written_out = model(idx, positions, return_attention=True)[0]
+    assert len(called) == 2  # once per layer
+    assert (ours - written_out).abs().max() < 1e-4
+
+
+fused_call = L.alibi_attention
+
+
+def test_sparse_ids_and_16_bit_autocast_keep_the_bias_blocks_and_say_why():
+    """Where float32 cannot carry the bias exactly enough, the model keeps today's path, and attention_path
+    names the reason. Bug caught: a fused plan of one-query blocks (thousands of kernel calls), or the bias
+    rounded in bfloat16."""
+    alibi = L.ALiBi(8)
+    sparse = L.randomized_positions(1, 1000, 2 ** 20, generator=torch.Generator().manual_seed(5))
+    assert L.alibi_blocks(sparse, 0.5) is None
+    path, why = L.attention_path(alibi, 1000, "cpu", False, 16, sparse)
+    assert path == "blocks" and "ids too sparse" in why and "FLEX_FROM" in why
+    assert L.attention_path(alibi, 1000, "cpu", False, 16)[0] == "fused"
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        path, why = L.attention_path(alibi, 1000, "cpu", False, 16)
+    assert path == "blocks" and "autocast to 16 bits" in why
+    model = L.GPT(L.GPTConfig(vocab_size=16, layers=1, heads=8, dim=64, encoding="alibi")).eval()
+    idx = torch.randint(16, (1, 1000))
+    with torch.no_grad():
+        assert (model(idx, sparse[0]) - model(idx, sparse[0], return_attention=True)[0]).abs().max() < 1e-4
+
+
+def test_blocks_stay_within_their_span():
+    """Every block's queries lie within ALIBI_SPAN / slope positions of its first, in every row, and the blocks
+    tile the queries in order. Bug caught: searchsorted on one row only, or a block reaching one query too far."""
+    positions = L.randomized_positions(3, 500, 2000, generator=torch.Generator().manual_seed(6))
+    blocks = L.alibi_blocks(positions, 0.25)
+    assert blocks[0][0] == 0 and blocks[-1][1] == 500
+    assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
+    reach = L.ALIBI_SPAN / 0.25
+    for start, stop in blocks:
+        assert (positions[:, stop - 1] - positions[:, start]).max() <= reach
+        if stop < 500:  # one more query would leave the span in some row
+            assert (positions[:, stop] - positions[:, start]).max() > reach
+
+
+def test_fused_alibi_runs_in_torchs_fused_kernel_not_its_math_fallback():
+    """Every block goes through the CPU flash kernel, not the math path that builds each logit. Bug caught: v
+    left at head size D while q and k have D + 1 (torch then falls back: ~18x slower at 4K tokens)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Kernels(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = qkv(1, 8, 300)
+    with torch.no_grad(), Kernels() as kernels:
+        _, blocks = fused(q, k, v, L.alibi_slopes(8), torch.arange(300))
+    flash = [op for op in kernels.seen if "flash_attention" in op]
+    assert len(flash) == len(blocks) > 1 and not any("softmax" in op for op in kernels.seen)
