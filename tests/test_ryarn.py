@@ -208,7 +208,7 @@ def fed_positions(method, tmp_path, top=2):
     """The positions the training loop fed the model under the experiment's own command line for `method`."""
     args = types.SimpleNamespace(threads=1, device="cpu")
     base = str(tmp_path / "pretrain")
-    train.run(ryarn.train_argv(ryarn.TASK, base, QUICK["L"], 5, 0, args))
+    train.run(ryarn.train_argv(ryarn.TASK, base, QUICK["L"], QUICK["layers"], 5, 0, args))
     fed = []
     train.run(ryarn.finetune_argv(ryarn.TASK, str(tmp_path / method), base, method, QUICK["finetune"], 0, 1e-3,
                                   QUICK, args, top),
