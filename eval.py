@@ -326,7 +326,7 @@ def eval_command(args) -> None:
         label += f" ({args.scaling} x{args.factor:g})" if args.factor else f" ({args.scaling})"
     print(f"{label}: {cfg.task}, {cfg.encoding}, trained on {key}s "
           + (f"{cfg.train_len[0]}..{cfg.train_len[1]}" if key == "length"
-             else ",".join(map(str, cfg.task_options["delays"]))))
+             else ",".join(map(str, cfg.task_options["delays"]))) + progress(args.run, cfg))
     print(markdown_table(rows, key))
     print(f"({args.samples} sequences per {key}, {time.perf_counter() - start:.1f} s)")
     if args.json:  # written whole or not at all (runs.save_atomic), as every file lengen writes
@@ -340,6 +340,22 @@ def eval_command(args) -> None:
         fig.tight_layout()
         save_figure(fig, args.plot)
         print(f"figure: {args.plot}")
+
+
+def progress(run_dir: str, cfg: RunConfig) -> str:
+    """Where an unfinished run's checkpoint stands ('' once it took every step, or stopped at its --fit-bar)."""
+    step = load_checkpoint(run_dir)["step"]
+    try:
+        with open(os.path.join(run_dir, "fit.json"), encoding="utf-8") as f:
+            fitted = json.load(f).get("steps_to_fit") == step
+    except (OSError, ValueError, AttributeError):
+        fitted = False
+    if step >= cfg.steps or fitted:
+        return ""
+    return f" (unfinished: its checkpoint is at step {step} of {cfg.steps}; train.py --resume --out RUN goes on)"
+
+
+PLOT_FORMATS = (".png", ".pdf", ".svg")  # what --plot writes, by the name's ending
 
 
 def check_writable(path: str | None, flag: str) -> None:
@@ -359,6 +375,9 @@ def check_writable(path: str | None, flag: str) -> None:
         os.remove(path)
 
 
+MAX_LLM_TOKENS = 2 ** 20  # 8x Paper R's longest evaluation (128K)
+
+
 def llm_eval_command(args) -> None:
     """eval.py on a train.py --llm run or a base model: exact match on a text task at each length."""
     # An LLM is measured as saved, or with inference-time YaRN over its own context: refuse, before loading
@@ -369,6 +388,8 @@ def llm_eval_command(args) -> None:
         raise UsageError("--factor needs --scaling yarn for an LLM")
     if args.original_len is not None:
         raise UsageError("--original-len is for small-GPT runs: an LLM's original context is read from its config")
+    if args.lengths and max(args.lengths) > MAX_LLM_TOKENS:  # a prompt is built whole before the model sees it
+        raise UsageError(f"--lengths {max(args.lengths):,}: an LLM prompt here is at most {MAX_LLM_TOKENS:,} tokens")
     device = dist.start(args.device)  # under torchrun, each process scores a share of the prompts (dist.py)
     model, tokenizer, label = hf.load_for_eval(args.run or args.llm, device, args.scaling, args.factor)
     task = args.task or "babilong"
@@ -520,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.bench or args.experiment) and dist.launch_rank() == 0:  # rank 0 writes them
             check_writable(args.json, "--json")
             check_writable(args.plot, "--plot")
+            if args.plot and os.path.splitext(args.plot)[1].lower() not in PLOT_FORMATS:  # else known after the run
+                raise UsageError(f"--plot {args.plot}: give a file name ending {', '.join(PLOT_FORMATS)}")
         if args.bench:
             run_experiment("bench", args)
         elif args.experiment:

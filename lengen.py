@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -961,6 +962,8 @@ def flex_unavailable(device_type: str) -> str | None:
     here and not in the middle of an evaluation."""
     if flex_attention is None:
         return f"torch {torch.__version__} has no flex attention"
+    if os.environ.get("TORCHDYNAMO_DISABLE") == "1" or torch._dynamo.config.disable:  # torch.compile is a no-op
+        return "torch.compile is switched off (TORCHDYNAMO_DISABLE): flex attention would build every logit"
     x = torch.zeros(1, 1, FLEX_BLOCK + 1, 16, device=device_type)
     try:
         with torch.no_grad():

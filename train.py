@@ -411,6 +411,7 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> RunCon
     if args.task in text_tasks.TEXT_TASKS:
         raise UsageError(f"'{args.task}' is a text task for an LLM: add --llm smollm2 (or another model)")
     refuse_unused(args, parser, finetune.LLM_ONLY, lambda flag: "is for --llm runs")
+    refuse_ignored(args, parser)
     check_runtime(args)
     hi = args.train_len[1]
     fields = {f.name for f in dataclasses.fields(RunConfig)}
@@ -428,6 +429,19 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> RunCon
     lengen.GPT(model_config(cfg))  # the model is buildable: bad combinations fail here, before anything is written
     cfg.out = cfg.out or os.path.join("runs", default_name(cfg))
     return cfg
+
+
+def refuse_ignored(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """A setting this run would accept and then ignore is refused, with what it needs to mean something."""
+    ignored = {"fit_every": (args.fit_bar is None, "sets how often the fit check runs: give --fit-bar with it"),
+               "max_position": (args.positions == "contiguous", "bounds sampled position ids: give --positions "
+                                + "|".join(s for s in lengen.POSITION_SAMPLERS if s != "contiguous")),
+               "max_len": (args.encoding != "learned", f"sizes a learned position table, not {args.encoding}'s"),
+               "rope_base": (args.encoding not in ("rope", "xpos"), f"sets rotary frequencies, not {args.encoding}'s"),
+               "original_len": (args.scaling == "none", "is the length a rotary scaling stretches: give --scaling")}
+    for flag, (unused, why) in ignored.items():
+        if unused and getattr(args, flag) != parser.get_default(flag):
+            raise UsageError(f"--{flag.replace('_', '-')} {getattr(args, flag):g} {why}")
 
 
 def task_options(args: argparse.Namespace) -> dict:

@@ -116,15 +116,23 @@ CASES = [
     ("eval", ["{runs}/run", "--lengths", str(2 ** 63)], "GiB"),
     ("eval", ["{runs}/run", "--delays", "0:1000000000"], "more than 100,000 values"),
     ("train", ["--train-len", "1000000000"], "GiB"),
+    ("eval", ["{runs}/llm-run", "--lengths", "1000000000"], "an LLM prompt here is at most 1,048,576 tokens"),
     # where results go is checked before they are computed
     ("eval", ["{runs}/run", "--json", "{tmp}/missing/rows.json"], "No such file or directory"),
     ("eval", ["{runs}/run", "--json", "{runs}"], "Is a directory"),
     ("eval", ["{runs}/run", "--json", "{runs}/run/config.json/rows.json"], "Not a directory"),
     ("eval", ["{runs}/run", "--plot", "{tmp}/missing/accuracy.png"], "No such file or directory"),
+    ("eval", ["{runs}/run", "--plot", "{tmp}/accuracy.txt"], "give a file name ending .png, .pdf, .svg"),  # #35 19
+    ("eval", ["{runs}/run", "--plot", "{tmp}/accuracy"], "give a file name ending .png"),  # it wrote accuracy.png
     ("eval", ["--experiment", "ryarn", "--quick", "--out-dir", "{runs}/run/config.json"], "--out-dir"),
     # settings a run would accept and ignore
     ("train", ["--factor", "4"], "--factor 4 stretches a rotary scaling"),
     ("train", ["--encoding", "fire", "--original-len", "-7"], "--original-len -7"),
+    ("train", ["--fit-every", "50"], "--fit-every 50 sets how often the fit check runs: give --fit-bar"),  # #35 22
+    ("train", ["--max-position", "100"], "--max-position 100 bounds sampled position ids: give --positions"),
+    ("train", ["--encoding", "rope", "--max-len", "100"], "--max-len 100 sizes a learned position table"),
+    ("train", ["--encoding", "alibi", "--rope-base", "500"], "--rope-base 500 sets rotary frequencies, not alibi's"),
+    ("train", ["--original-len", "16"], "--original-len 16 is the length a rotary scaling stretches"),
     ("eval", ["{runs}/run", "--scaling", "none", "--factor", "4"], "give --scaling with them"),
     ("train", ["--llm", "smollm2", "--lora", "0"], "a LoRA rank is >= 1"),
     ("train", ["--llm", "smollm2", "--lora", "-2"], "a LoRA rank is >= 1"),

@@ -181,3 +181,22 @@ def test_bad_eval_input_exits_2(trained_run, tmp_path):
         assert result.returncode == 2, args
         assert len(result.stderr.strip().splitlines()) == 1, (args, result.stderr)
         assert "Traceback" not in result.stderr and message in result.stderr, (args, result.stderr)
+
+
+def test_eval_of_an_unfinished_run_says_where_it_stands(tmp_path, capsys):
+    """#35 item 27: a run stopped at step 20 of 40 is evaluated as it is, and says so; a finished run, or one
+    stopped at its --fit-bar, says nothing. Bug caught: a half-trained model's table read as the trained one's."""
+    import eval as lengen_eval
+    run = str(tmp_path / "r")
+    train.run(TINY + ["--steps", "20", "--eval-samples", "0", "--out", run])
+    assert lengen_eval.main([run, "--lengths", "16", "--samples", "8", "--threads", "1"]) == 0
+    assert "unfinished" not in capsys.readouterr().out
+    config = json.loads(open(os.path.join(run, "config.json")).read())
+    with open(os.path.join(run, "config.json"), "w") as f:
+        json.dump({**config, "steps": 40}, f)  # as a run killed at step 20 of 40 leaves it
+    assert lengen_eval.main([run, "--lengths", "16", "--samples", "8", "--threads", "1"]) == 0
+    assert "unfinished: its checkpoint is at step 20 of 40" in capsys.readouterr().out
+    with open(os.path.join(run, "fit.json"), "w") as f:
+        json.dump({"bar": 0.5, "every": 10, "checks": [[20, 0.6]], "steps_to_fit": 20}, f)
+    assert lengen_eval.main([run, "--lengths", "16", "--samples", "8", "--threads", "1"]) == 0
+    assert "unfinished" not in capsys.readouterr().out

@@ -186,3 +186,13 @@ def test_a_failing_run_stops_the_pool_at_once(tmp_path):
         common.map_jobs(fail_or_sleep, ["fail", (done, 3), (done + "2", 3)], jobs=2)
     time.sleep(4)  # long enough for a worker that was left running to finish its item
     assert not os.path.exists(done) and not os.path.exists(done + "2")
+
+
+def test_a_dangling_symlink_as_out_is_one_line_and_creates_nothing(tmp_path, capsys):
+    """Bug caught (item 17): --out a symlink to a missing folder made that folder's parent (for the lock) before
+    refusing."""
+    os.symlink(tmp_path / "gone" / "run", tmp_path / "link")
+    assert train.main([*RUN, "--out", str(tmp_path / "link")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a symlink to nothing" in err
+    assert sorted(os.listdir(tmp_path)) == ["link"]
