@@ -284,7 +284,8 @@ def evaluation_memory(lengths: list[int], threads: int | None) -> list[dict]:
 
 def paths_compared(lengths: list[int], repeats: int) -> list[dict]:
     """Each bias encoding's forward at each length through compiled flex attention and through query blocks,
-    in this process, after a first forward each (flex compiles there): the evidence for each flex_from."""
+    in this process, after a first forward each (flex compiles there): the evidence for each flex_from. ALiBi
+    takes either only at ids too sparse for its fused path: here ALIBI_SPAN (64) apart."""
     if lengen.flex_unavailable(torch.device("cpu").type):
         return []
     rows = []
@@ -293,12 +294,13 @@ def paths_compared(lengths: list[int], repeats: int) -> list[dict]:
         model = lengen.GPT(lengen.GPTConfig(vocab_size=64, layers=2, heads=4, dim=128, encoding=encoding,
                                             max_len=length)).eval()
         idx = torch.randint(0, 64, (1, length))
+        positions = torch.arange(length) * (int(lengen.ALIBI_SPAN) if encoding == "alibi" else 1)
 
         def forward(flex_from):
             def go():
                 model.pos.flex_from = flex_from  # this model alone: 0 takes flex, length + 1 blocks
                 with torch.no_grad():
-                    model(idx)
+                    model(idx, positions)
             return go
         best = best_times({"flex": forward(0), "blocks": forward(length + 1)}, repeats)
         rows.append({"encoding": encoding, "length": length, "flex_s": best["flex"], "blocks_s": best["blocks"]})
@@ -396,10 +398,26 @@ def targets(data: dict, lengths: list[int]) -> list[dict]:
     slowest_bias = max(vs_rope(data["memory"], e, lengths[-1]) for e in lengen.BIASES)
     out.append((f"every bias encoding within 2x RoPE at {lengths[-1]} tokens (slowest)", slowest_bias,
                 slowest_bias <= 2.0))
+    out += alibi_targets(data, lengths[-1])
     if data["hf"]:
         worst = max(r["ratio"] for r in data["hf"])
         out.append(("patched HF forward <= 1.02x unpatched (worst model)", worst, worst <= 1.02))
     return [{"target": name, "measured": value, "met": ok} for name, value, ok in out]
+
+
+def alibi_targets(data: dict, length: int) -> list[tuple]:
+    """ALiBi through the fused kernel against RoPE: its training step in every shape, one forward at `length`
+    tokens, and the peak memory of that forward."""
+    out = []
+    for name, rows in data["training"].items():
+        by = {r["variant"]: r for r in rows}
+        cost = by["rope"]["tokens_per_s"] / by["alibi"]["tokens_per_s"]
+        out.append((f"ALiBi step cost <= 1.10x RoPE's ({name})", cost, cost <= 1.10))
+    seconds = vs_rope(data["memory"], "alibi", length)
+    peak = {r["encoding"]: r["peak_mb"] for r in data["memory"] if r["length"] == length}
+    memory = peak["alibi"] / max(peak["rope"], 1e-9)
+    return out + [(f"ALiBi forward at {length} tokens <= 1.3x RoPE's", seconds, seconds <= 1.3),
+                  (f"ALiBi peak memory at {length} tokens <= 1.1x RoPE's", memory, memory <= 1.1)]
 
 
 def speed_section(speed: dict) -> list[str]:

@@ -66,8 +66,14 @@ def test_bench_quick_reports_consistent_ratios_and_targets(tmp_path):
     seconds = {(r["encoding"], r["length"]): r["seconds"] for r in data["memory"]}
     expected["every bias encoding within 2x RoPE"] = (
         max(seconds[e, lengths[-1]] / seconds["rope", lengths[-1]] for e in lengen.BIASES), "<=", 2.0)
-    # every row says its path: no bias -> fused; a bias at these short lengths -> blocks
-    assert all(r["path"] == ("blocks" if r["encoding"] in lengen.BIASES else "fused") for r in data["memory"])
+    for name, rows in data["training"].items():
+        speed = {r["variant"]: r["tokens_per_s"] for r in rows}
+        expected[f"ALiBi step cost <= 1.10x RoPE's ({name})"] = (speed["rope"] / speed["alibi"], "<=", 1.10)
+    expected["ALiBi forward"] = (seconds["alibi", lengths[-1]] / seconds["rope", lengths[-1]], "<=", 1.3)
+    expected["ALiBi peak memory"] = (peak["alibi", lengths[-1]] / peak["rope", lengths[-1]], "<=", 1.1)
+    # every row says its path: no bias or ALiBi -> fused; another bias at these short lengths -> blocks
+    assert all(r["path"] == ("blocks" if r["encoding"] in lengen.BIASES and r["encoding"] != "alibi" else "fused")
+               for r in data["memory"])
     if data["hf"]:
         expected["patched HF forward"] = (max(r["ratio"] for r in data["hf"]), "<=", 1.02)
     assert len(data["targets"]) == len(expected)
