@@ -525,6 +525,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# What each kind of command reads: a flag of another kind would be dropped without a word, so it is refused.
+EVALUATION_FLAGS = ("lengths", "delays", "samples", "llm", "task", "scaling", "factor", "original_len", "plot", "json")
+EXPERIMENT_FLAGS = ("quick", "full", "out_dir", "force", "render", "jobs")
+
+
+def refuse_dropped(args) -> None:
+    """Refuse a flag the command would ignore: an evaluation's with --experiment or --bench, an experiment's with
+    a run, --task on a small-GPT run (it has its own), and a run together with --llm (which one to evaluate?)."""
+    def given(flag):
+        value = getattr(args, flag)
+        return value is not None and value is not False and not (flag == "jobs" and value == 1)
+    experiment = "--bench" if args.bench else "--experiment" if args.experiment else None
+    if experiment:
+        dropped = (["RUN"] if args.run else []) + [f for f in EVALUATION_FLAGS if given(f)]
+        if dropped:
+            raise UsageError(f"{experiment} runs with its own settings: leave out {flag_name(dropped[0])}")
+        return
+    dropped = [f for f in EXPERIMENT_FLAGS if given(f)]
+    if dropped:
+        raise UsageError(f"{flag_name(dropped[0])} is for --experiment and --bench, not for evaluating a run")
+    if args.run and args.llm:
+        raise UsageError(f"give a run ({args.run}) or --llm {args.llm}, not both")
+    if args.task and args.run and not os.path.isdir(os.path.join(args.run, "model")):
+        raise UsageError("--task chooses an LLM's text task: a small-GPT run is evaluated on its own task")
+
+
+def flag_name(flag: str) -> str:
+    return flag if flag == "RUN" else "--" + flag.replace("_", "-")
+
+
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's SIGTERM is a Ctrl-C
     try:
@@ -534,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
         if args.factor is not None and args.factor < 1:
             raise UsageError(f"--factor must be >= 1 (it stretches the context), got {args.factor:g}")
+        refuse_dropped(args)
         llm = args.llm or (args.run and os.path.isdir(os.path.join(args.run, "model")))
         if dist.launched() and (args.bench or args.experiment or not llm):
             raise UsageError("torchrun shares out an LLM evaluation's prompts; everything else runs in one process "

@@ -106,6 +106,18 @@ CASES = [
     ("eval", ["{runs}/run", "--threads", "-1"], "--threads must be >= 1"),
     ("eval", ["--experiment", "distance", "--jobs", "0"], "--jobs 0: give N >= 1"),
     ("eval", ["--bench", "--jobs", "2"], "--bench measures what --jobs does"),
+    # flags the command would drop without a word (#35 item 21)
+    ("eval", ["{runs}/run", "--experiment", "ryarn"], "--experiment runs with its own settings: leave out RUN"),
+    ("eval", ["--experiment", "ryarn", "--lengths", "64"], "leave out --lengths"),
+    ("eval", ["--bench", "--samples", "4"], "--bench runs with its own settings: leave out --samples"),
+    ("eval", ["--experiment", "ryarn", "--json", "{tmp}/x.json"], "leave out --json"),
+    ("eval", ["--experiment", "ryarn", "--llm", "smollm2"], "leave out --llm"),
+    ("eval", ["{runs}/run", "--jobs", "2"], "--jobs is for --experiment and --bench"),
+    ("eval", ["{runs}/run", "--quick"], "--quick is for --experiment and --bench"),
+    ("eval", ["{runs}/run", "--out-dir", "{tmp}"], "--out-dir is for --experiment"),
+    ("eval", ["{runs}/run", "--force"], "--force is for --experiment"),
+    ("eval", ["{runs}/run", "--task", "babilong"], "a small-GPT run is evaluated on its own task"),
+    ("eval", ["{runs}/run", "--llm", "smollm2"], "not both"),
     ("train", ["--threads", "-1"], "--threads must be >= 1"),
     ("train", ["--threads", "100000"], "CPU cores"),             # #35 item 14: was a segfault
     ("eval", ["{runs}/run", "--threads", str(10 ** 12)], "CPU cores"),  # was a traceback
