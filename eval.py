@@ -473,9 +473,10 @@ def check_out_dir(name: str, args) -> None:
 
 
 def run_experiment(name: str, args) -> None:
-    """Check the command, hold the experiment's run folders, then import experiments/NAME.py and run it. The
-    experiment is imported by its name, only now: it imports this file (for its measurements and the two
-    functions above), and nothing here imports an experiment or experiments/common.py."""
+    """Check the command, import experiments/NAME.py, let it refuse what it cannot run here (its refuse(args),
+    if it has one), hold its run folders and run it. The experiment is imported by its name, only now: it
+    imports this file (for its measurements and the two functions above), and nothing here imports an
+    experiment or experiments/common.py."""
     if name not in experiment_names() + ["bench"]:
         raise UsageError(f"unknown experiment '{name}'; choose from {', '.join(experiment_names())}")
     if args.jobs < 1:
@@ -483,12 +484,15 @@ def run_experiment(name: str, args) -> None:
     if args.bench and args.jobs != 1:
         raise UsageError("--bench measures what --jobs does itself: leave --jobs out")
     scale = scale_name(args)  # --quick with --full is refused before anything is written
+    experiment = importlib.import_module(f"experiments.{name}")
+    if hasattr(experiment, "refuse"):  # what this machine cannot run, said before any folder is made
+        experiment.refuse(args)
     args.out_dir = args.out_dir or default_out_dir(args)
     check_out_dir(name, args)
     # A second command on the same experiment and scale would race this one for its run folders: it is
     # turned away in one line, and this one goes on.
     with hold(os.path.join("runs", name, scale), holder=f"eval.py --experiment {name}"):
-        importlib.import_module(f"experiments.{name}").run(args)
+        experiment.run(args)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -49,9 +49,11 @@ def save_atomic(path: str, write) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-    except BaseException:  # a full disk, a size limit, a kill signal turned exception: no half file is left
+    except BaseException as e:  # a full disk, a size limit, a kill signal turned exception: no half file is left
         if os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(e, OSError):
+            raise UsageError(f"cannot write {path}: {e.strerror or e} (what was there before stands)") from None
         raise
     os.replace(tmp, path)
     sync_folder(os.path.dirname(path))

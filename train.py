@@ -224,10 +224,24 @@ def restore(out: str, model: lengen.GPT, optimizer, data_rng: torch.Generator, p
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise UsageError(f"{out}: checkpoint.pt does not fit its config ({str(e).splitlines()[0]})") from None
     path = os.path.join(out, "log.jsonl")
-    with open(path, encoding="utf-8") as f:
-        kept = [line for line in f if line.endswith("\n") and json.loads(line)["step"] <= ckpt["step"]]
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.readlines()
+    except FileNotFoundError:  # deleted: the run goes on, logging from its checkpoint
+        lines = []
+    kept = [line for line in lines if logged_step(line) is not None and logged_step(line) <= ckpt["step"]]
     save_atomic(path, lambda f: f.write("".join(kept).encode()))
     return ckpt["step"], ckpt.get("fit") or fit
+
+
+def logged_step(line: str) -> int | None:
+    """The step of one whole log.jsonl line; None for a line cut short, garbled (NUL bytes after a power cut) or
+    not the log's (edited by hand)."""
+    try:
+        step = json.loads(line)["step"] if line.endswith("\n") else None
+    except (ValueError, TypeError, KeyError):
+        return None
+    return step if isinstance(step, int) else None
 
 
 # ---------------------------------------------------------------------------------------------------------

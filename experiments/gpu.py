@@ -210,9 +210,13 @@ def markdown(data: dict) -> str:
     return "\n".join(out)
 
 
-def run(args) -> None:
+def refuse(args) -> None:
+    """Before eval.py makes any folder: this experiment needs a CUDA device."""
     if not torch.cuda.is_available():
         raise UsageError("--experiment gpu measures a CUDA device, and torch.cuda.is_available() is False here")
+
+
+def run(args) -> None:
     import hf
     setup = SCALES[scale_name(args)]
     start = time.perf_counter()

@@ -19,7 +19,7 @@ def test_without_cuda_it_refuses_in_one_line_and_writes_nothing(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "eval.py: error: --experiment gpu measures a CUDA device, and torch.cuda.is_available() is False here"]
-    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
+    assert sorted(os.listdir(tmp_path)) == []  # #35 item 26: no empty results/ or runs/gpu/ left behind
 
 
 def test_peak_is_read_from_the_device_name_or_given(monkeypatch):
