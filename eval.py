@@ -41,7 +41,7 @@ import lengen
 import tasks
 import text_tasks
 from runs import (MAX_SAMPLES, RUN_FILES, Interrupted, Parser, RunConfig, UsageError, check_machine, check_memory,
-                  closed_stdout, finite, hold, int_set, load_checkpoint, read_config, save_atomic)
+                  closed_stdout, finite, hold, int_set, load_checkpoint, printable_output, read_config, save_atomic)
 
 # ---------------------------------------------------------------------------------------------------------
 # Loading a run
@@ -561,6 +561,7 @@ def flag_name(flag: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's SIGTERM is a Ctrl-C
+    printable_output()
     try:
         args = build_parser().parse_args(argv)
         check_machine(args.device, args.threads)

@@ -366,6 +366,14 @@ def open_log(out: str, fresh: bool):
     return open(os.path.join(out, "log.jsonl"), "w" if fresh else "a", buffering=1)
 
 
+def printable_output() -> None:
+    """Print what the terminal's encoding cannot show (a run named é under PYTHONIOENCODING=ascii, a ± in a
+    table) as escapes, as Python already does on stderr, instead of failing after the work is done."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def closed_stdout(program: str) -> None:
     """stdout was closed by its reader (| head): say so in one line, and send whatever Python still flushes
     at exit to /dev/null, so that no second error follows."""

@@ -39,7 +39,7 @@ import text_tasks
 from eval import evaluate, final_table, load_run, markdown_table, model_config
 from runs import (MAX_SAMPLES, Interrupted, Parser, RunConfig, RunFolder, UsageError, check_machine, check_memory,
                   check_runtime, closed_stdout, finite, hold, int_range, int_set, learning_rate, load_checkpoint,
-                  refuse_unused, resume_config, save_atomic, set_learning_rate)
+                  printable_output, refuse_unused, resume_config, save_atomic, set_learning_rate)
 
 
 # Defaults of a small GPT trained from scratch; an LLM fine-tune has its own (finetune.DEFAULTS).
@@ -291,6 +291,7 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     # A scheduler's SIGTERM (preemption) is a Ctrl-C: the same clean stop and message wherever it lands.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    printable_output()
     try:
         run(argv)
         sys.stdout.flush()  # a closed pipe (| head) shows here, inside the try, rather than at exit

@@ -237,3 +237,15 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_the_last(tmp_
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "File too large (what was there before stands)" in result.stderr
     assert open(checkpoint, "rb").read() == before
+
+
+def test_a_run_named_beyond_the_terminals_encoding_prints(tmp_path):
+    """Bug caught (item 20): under PYTHONIOENCODING=ascii a run named é trained, then failed printing its name
+    (a traceback, exit 1); eval.py the same. Now the name prints as an escape."""
+    run = str(tmp_path / "é-run")
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    loud = [a for a in RUN if a != "--quiet"] + ["--eval-samples", "4"]  # the final table names the run
+    for script, args in (("train.py", [*loud, "--out", run]), ("eval.py", [run, "--samples", "4", "--threads", "1"])):
+        result = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True, text=True,
+                                env=env, timeout=300)
+        assert result.returncode == 0 and "\\xe9-run" in result.stdout, result.stderr
