@@ -28,6 +28,7 @@ import re
 import resource
 import signal
 import sys
+import threading
 import time
 
 import torch
@@ -340,7 +341,7 @@ def map_jobs(worker, items: list, jobs: int = 1, threads: int = 1, bar=None) -> 
     if quiet_tracker not in sys.warnoptions:  # the tracker process starts with this process's -W options
         sys.warnoptions.append(quiet_tracker)
     with concurrent.futures.ProcessPoolExecutor(jobs, multiprocessing.get_context("spawn"),
-                                                initializer=worker_setup, initargs=(threads,)) as pool:
+                                                initializer=worker_setup, initargs=(threads, os.getpid())) as pool:
         futures = [pool.submit(run_job, worker, item) for item in items]
         try:
             for future in concurrent.futures.as_completed(futures):
@@ -371,13 +372,24 @@ def stop_workers(pool) -> None:
             process.join()
 
 
-def worker_setup(threads: int) -> None:
+def worker_setup(threads: int, parent: int) -> None:
     """In each --jobs worker: its torch threads; Ctrl-C left to the main process, which cancels the queue and
     sends the workers SIGTERM; SIGTERM ends a worker at once, except inside a training step (train.py's loop
     defers it), which finishes and saves its checkpoint first (run_job then ends the worker)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(130))
     torch.set_num_threads(threads)
+    threading.Thread(target=stop_when_orphaned, args=(parent, threading.main_thread().ident), daemon=True).start()
+
+
+def stop_when_orphaned(parent: int, main_thread: int) -> None:
+    """A worker whose experiment (`parent`) was killed outright (kill -9, the OOM killer, a closed terminal) is
+    adopted by another process: it then stops as SIGTERM stops it, signalled to its main thread so that a wait
+    for work (a blocking read) is interrupted too, rather than hold its run's lock and ~0.5 GB forever. The
+    parent comes from the experiment itself: one killed while this worker was still importing is gone already."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    signal.pthread_kill(main_thread, signal.SIGTERM)
 
 
 def run_job(worker, item):

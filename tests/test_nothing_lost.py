@@ -249,3 +249,40 @@ def test_a_run_named_beyond_the_terminals_encoding_prints(tmp_path):
         result = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True, text=True,
                                 env=env, timeout=300)
         assert result.returncode == 0 and "\\xe9-run" in result.stdout, result.stderr
+
+
+def workers_in(folder: str, parent: int) -> list[int]:
+    """The --jobs worker processes (multiprocessing's spawn_main) running in `folder`, other than `parent`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if int(pid) != parent and os.path.realpath(f"/proc/{pid}/cwd") == os.path.realpath(folder) \
+                    and b"spawn_main" in open(f"/proc/{pid}/cmdline", "rb").read():
+                found.append(int(pid))
+        except OSError:  # gone meanwhile
+            pass
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the workers through Linux's /proc")
+def test_workers_of_an_experiment_killed_outright_stop(tmp_path):
+    """Bug caught (item 8): kill -9 of an experiment (or the OOM killer, or a closed terminal) left its --jobs
+    workers alive, each holding a run's lock and ~450 MB, forever. They now notice and stop."""
+    experiment = subprocess.Popen([sys.executable, os.path.join(ROOT, "eval.py"), "--experiment", "ryarn", "--quick",
+                                   "--jobs", "2", "--threads", "1", "--out-dir", "out"], cwd=tmp_path,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while len(workers_in(tmp_path, experiment.pid)) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    workers = workers_in(tmp_path, experiment.pid)
+    assert len(workers) == 2
+    time.sleep(1)  # still importing, or into their first runs: either way they must stop
+    experiment.kill()
+    experiment.wait()
+    deadline = time.time() + 20
+    while workers_in(tmp_path, experiment.pid) and time.time() < deadline:
+        time.sleep(0.2)
+    left = workers_in(tmp_path, experiment.pid)
+    for pid in left:  # never leave them behind, even when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert not left
