@@ -41,7 +41,8 @@ import lengen
 import tasks
 import text_tasks
 from runs import (MAX_SAMPLES, RUN_FILES, Interrupted, Parser, RunConfig, UsageError, check_machine, check_memory,
-                  closed_stdout, finite, hold, int_set, load_checkpoint, printable_output, read_config, save_atomic)
+                  closed_stdout, finite, hold, int_set, load_checkpoint, out_of_memory, printable_output, read_config,
+                  save_atomic)
 
 # ---------------------------------------------------------------------------------------------------------
 # Loading a run
@@ -605,6 +606,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         closed_stdout("eval.py")
+        return 2
+    except (RuntimeError, MemoryError) as e:  # an allocation that failed is one line; any other error is a bug
+        if (line := out_of_memory(e)) is None:
+            raise
+        print(f"eval.py: error: {line}", file=sys.stderr)
         return 2
     return 0
 

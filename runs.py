@@ -22,6 +22,8 @@ import fcntl
 import json
 import math
 import os
+import re
+import resource
 import shutil
 import signal
 import sys
@@ -222,9 +224,33 @@ def tidy(out: str) -> None:
             os.remove(tmp)
 
 
-def physical_memory() -> int:
-    """This machine's memory in bytes: the bound a size that cannot fit is refused against."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+# Where a container's memory limit is read: cgroup v2, then v1 ("max" or a huge number: no limit).
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def physical_memory(limits: tuple[str, ...] = CGROUP_LIMITS) -> int:
+    """The memory this process may use, in bytes: the machine's, or its container's (cgroup) limit when lower,
+    or its address-space limit (ulimit -v). The bound a size that cannot fit is refused against."""
+    have = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
+    for path in limits:
+        try:
+            with open(path) as f:
+                have.append(int(f.read().strip()))
+        except (OSError, ValueError):  # not in a cgroup of that version, or "max"
+            pass
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return min(have + ([soft] if soft != resource.RLIM_INFINITY else []))
+
+
+def out_of_memory(error: BaseException) -> str | None:
+    """One line for an allocation that failed (the size checks are lower bounds: attention, the MLP and the
+    optimizer need more), or None for any other error."""
+    if not (isinstance(error, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(error)):
+        return None
+    asked = re.search(r"allocate (\d+) bytes", str(error))
+    size = f" ({int(asked.group(1)) / 2 ** 30:,.3g} GiB asked at once)" if asked else ""
+    return (f"out of memory{size}: fewer tokens at once (--lengths, --train-len, --batch, --samples) would fit; "
+            f"this process may use {physical_memory() / 2 ** 30:,.0f} GiB")
 
 
 def check_out(out: str, force: bool) -> None:

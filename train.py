@@ -39,7 +39,7 @@ import text_tasks
 from eval import evaluate, final_table, load_run, markdown_table, model_config
 from runs import (MAX_SAMPLES, Interrupted, Parser, RunConfig, RunFolder, UsageError, check_machine, check_memory,
                   check_runtime, closed_stdout, finite, hold, int_range, int_set, learning_rate, load_checkpoint,
-                  printable_output, refuse_unused, resume_config, save_atomic, set_learning_rate)
+                  out_of_memory, printable_output, refuse_unused, resume_config, save_atomic, set_learning_rate)
 
 
 # Defaults of a small GPT trained from scratch; an LLM fine-tune has its own (finetune.DEFAULTS).
@@ -307,6 +307,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         closed_stdout("train.py")
+        return 2
+    except (RuntimeError, MemoryError) as e:  # an allocation that failed is one line; any other error is a bug
+        if (line := out_of_memory(e)) is None:
+            raise
+        print(f"train.py: error: {line}", file=sys.stderr)
         return 2
     return 0
 

@@ -286,3 +286,24 @@ def test_workers_of_an_experiment_killed_outright_stop(tmp_path):
     for pid in left:  # never leave them behind, even when the test fails
         os.kill(pid, signal.SIGKILL)
     assert not left
+
+
+def test_memory_is_the_containers_and_an_allocation_that_fails_is_one_line(tmp_path, monkeypatch, capsys):
+    """Bug caught (item 13): the size checks read the machine's memory, not a container's cgroup limit, and a
+    size between their lower bound and what a forward really takes ended in a 34-52-line allocation traceback."""
+    limit = tmp_path / "memory.max"
+    limit.write_text("1073741824\n")  # a 1 GiB container on a larger machine
+    unlimited = tmp_path / "v1"
+    unlimited.write_text("max\n")
+    assert runs.physical_memory((str(unlimited), str(limit))) == 2 ** 30
+    assert runs.physical_memory((str(unlimited),)) == runs.physical_memory(())
+    import eval as lengen_eval
+    run = str(tmp_path / "run")
+    assert train.main([*RUN, "--out", run]) == 0
+
+    def allocation_fails(*args, **kwargs):
+        torch.empty(2 ** 62, dtype=torch.uint8)  # what a forward too large for this machine meets
+    monkeypatch.setattr(lengen_eval, "evaluate_table", allocation_fails)
+    assert lengen_eval.main([run, "--samples", "4", "--threads", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "out of memory (4.29e+09 GiB asked at once)" in err, err
