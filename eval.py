@@ -395,6 +395,8 @@ def llm_eval_command(args) -> None:
     model, tokenizer, label = hf.load_for_eval(args.run or args.llm, device, args.scaling, args.factor)
     task = args.task or "babilong"
     lengths = args.lengths or [1024, 4096, 8192, 12288]
+    if (table := hf.position_table(model)) and max(lengths) > table:
+        raise UsageError(f"{label} has a learned table of {table} positions: --lengths {max(lengths)} goes beyond it")
     samples = args.samples or 5
     start = time.perf_counter()
     with tqdm(total=len(lengths) * samples, desc=label, disable=dist.rank() > 0) as bar:
@@ -552,7 +554,8 @@ def refuse_dropped(args) -> None:
         raise UsageError(f"{flag_name(dropped[0])} is for --experiment and --bench, not for evaluating a run")
     if args.run and args.llm:
         raise UsageError(f"give a run ({args.run}) or --llm {args.llm}, not both")
-    if args.task and args.run and not os.path.isdir(os.path.join(args.run, "model")):
+    small_gpt = args.run and os.path.isfile(os.path.join(args.run, "checkpoint.pt"))
+    if args.task and small_gpt:
         raise UsageError("--task chooses an LLM's text task: a small-GPT run is evaluated on its own task")
 
 

@@ -302,8 +302,9 @@ def save(model, tokenizer, cfg: dict, out: str | None, log):
     state = dist.full_state(model)
     if out is not None:
         log.close()
-        model.save_pretrained(os.path.join(out, "model"), state_dict=state)
-        tokenizer.save_pretrained(os.path.join(out, "model"))
+        with hf.hushed(cfg["quiet"]):  # its "Writing model shards" bar
+            model.save_pretrained(os.path.join(out, "model"), state_dict=state)
+            tokenizer.save_pretrained(os.path.join(out, "model"))
     return model.eval()
 
 

@@ -69,8 +69,10 @@ def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32)
             model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot load '{name}': {str(e).splitlines()[0]}") from None
-    except struct.error:  # the GGUF reader meets the end of a cut file
-        raise UsageError(f"cannot load '{name}': the file is truncated or corrupt") from None
+    except Exception as e:  # the GGUF reader or safetensors meets the end of a cut file
+        if not (isinstance(e, struct.error) or type(e).__name__ == "SafetensorError"):
+            raise
+        raise UsageError(f"cannot load '{name}': a weights file is truncated or corrupt") from None
     finally:
         if silent:
             hf_logging.enable_progress_bar()
@@ -78,6 +80,24 @@ def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32)
         model.hf_quantizer = None
         model.config.__dict__.pop("quantization_config", None)
     return model.to(device).eval(), tokenizer
+
+
+@contextlib.contextmanager
+def hushed(quiet: bool = True):
+    """transformers' progress bars and warnings off while the block runs, when `quiet` (train.py --llm --quiet)."""
+    if not quiet:
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+        hf_logging.set_verbosity(level)
 
 
 def _llm_path(name: str) -> tuple[str, bool, bool]:
@@ -90,12 +110,19 @@ def _llm_path(name: str) -> tuple[str, bool, bool]:
     local = gguf or os.path.isdir(path) or name.startswith((".", "/", "~"))
     if gguf and not os.path.isfile(path):
         raise UsageError(f"{name}: no such file")
+    if not gguf and os.path.isfile(path):  # a file that is there is not a hub id
+        raise UsageError(f"{name}: a file, but not a .gguf one; give a model directory, a .gguf file or a hub id")
     if local and not gguf and not os.path.isdir(path):
         raise UsageError(f"{name}: no such model directory")
     if local and not gguf and not os.path.isfile(os.path.join(path, "config.json")):
         raise UsageError(f"{name}: not a model directory (no config.json; a run of train.py --llm holds one in "
                          "model/)")
+    if local and not gguf and not any(os.path.isfile(os.path.join(path, f)) for f in TOKENIZER_FILES):
+        raise UsageError(f"{name}: no tokenizer beside the weights (none of {', '.join(TOKENIZER_FILES)})")
     return path, gguf, local
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
 
 def _hub_extra(name: str, huggingface_hub) -> dict:
@@ -125,6 +152,15 @@ def rotary_modules(model) -> int:
     return sum(isinstance(getattr(m, "inv_freq", None), torch.Tensor) for m in model.modules())
 
 
+def position_table(model) -> int | None:
+    """The rows of a model's learned position table (GPT-2 and its kind), None for a rotary model: no token
+    may sit at a position beyond it."""
+    if rotary_modules(model):
+        return None
+    c = model.config
+    return getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None)
+
+
 def apply_llm_rope(model, scaling: str, factor: float) -> None:
     """Put the run's scaling into the model: lengen's YaRN through patch_hf_rope, and the same settings in
     its config, so that save_pretrained writes a model Hugging Face itself reloads as YaRN. An LLM is
@@ -133,6 +169,8 @@ def apply_llm_rope(model, scaling: str, factor: float) -> None:
         return
     if scaling != "yarn":
         raise ValueError(f"an LLM takes --scaling yarn or none, not '{scaling}'")
+    if not rotary_modules(model):
+        raise UsageError(f"{type(model).__name__} has no rotary embeddings: YaRN cannot be put into it")
     head_dim, base, original = rope_geometry(model)
     lengen.patch_hf_rope(model, *lengen.yarn_frequencies(head_dim, base, factor, original))
     settings = {"rope_type": "yarn", "rope_theta": base, "factor": factor,
@@ -254,13 +292,14 @@ def _score_prompt(model, tokenizer, prompt, answer, candidates, device, max_new_
         others = first[[answer_ids(tokenizer, c)[0] for c in candidates if c != answer]]
         rank = 1 + float((others > first[target[0]]).sum()) + 0.5 * float((others == first[target[0]]).sum())
     cache = _cache_keyword(model)
-    greedy_cache = copy.deepcopy(out.past_key_values)  # the teacher-forced answer extends the other copy
+    past = getattr(out, cache)
+    greedy_cache = copy.deepcopy(past)  # the teacher-forced answer extends the other copy
     logprob = float(first[target[0]])
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a few tokens at a time: tiny operations, where a second thread only waits
     try:
         if len(target) > 1:
-            forced = model(input_ids=target[None, :-1], **{cache: out.past_key_values}, use_cache=True,
+            forced = model(input_ids=target[None, :-1], **{cache: past}, use_cache=True,
                            attention_mask=torch.ones(1, n_prompt + len(target) - 1, dtype=torch.long, device=device))
             logprob += float(forced.logits[0].float().log_softmax(-1)[torch.arange(len(target) - 1), target[1:]].sum())
         token, said = int(first.argmax()), []
@@ -277,5 +316,6 @@ def _score_prompt(model, tokenizer, prompt, answer, candidates, device, max_new_
 
 
 def _cache_keyword(model) -> str:
-    """transformers 5.x renamed forward's past_key_values to cache (the old name warns, then goes away)."""
+    """transformers 5.x renamed forward's past_key_values, and its output's, to cache (the old name warns, then goes
+    away)."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

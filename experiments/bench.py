@@ -11,6 +11,7 @@ of several repeats.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
@@ -162,6 +163,21 @@ def step_options(shape: dict, steps: int, repeats: int, compile_too: bool) -> li
              all(torch.equal(p, q) for p, q in zip(models[label].parameters(), default))} for label in options]
 
 
+@contextlib.contextmanager
+def stderr_silenced():
+    """The process's stderr to /dev/null while the block runs: torch.profiler's C++ side writes 'USDT: ...
+    profiler_start' lines there, which would say nothing to the user."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def step_profile(shape: dict, steps: int) -> list[dict]:
     """Where the RoPE training step spends its time: torch.profiler's self CPU time per operator, the largest
     first, as a share of the whole."""
@@ -169,7 +185,7 @@ def step_profile(shape: dict, steps: int) -> list[dict]:
     model = bench_model(shape)
     step = training(model, model, bench_batch(shape), 1)
     step()  # warm-up, outside the profile
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with stderr_silenced(), profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             step()
     ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)

@@ -356,7 +356,7 @@ def test_a_model_that_cannot_be_read_is_one_line(tmp_path, capsys):
             head = f.read(10 ** 6)
         for size in (100, 10 ** 6):
             (tmp_path / f"cut-{size}.gguf").write_bytes(head[:size])
-            cases.append((tmp_path / f"cut-{size}.gguf", "the file is truncated or corrupt"))
+            cases.append((tmp_path / f"cut-{size}.gguf", "is truncated or corrupt"))
     for spec, message in cases:
         assert main("eval", ["--llm", str(spec), "--lengths", "64", "--samples", "1"]) == 2
         err = capsys.readouterr().err

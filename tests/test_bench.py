@@ -26,12 +26,13 @@ def test_rope_cos_sin_reused_while_positions_repeat():
     assert rope.rotary(torch.arange(1, 11)) is not first
 
 
-def test_bench_quick_reports_consistent_ratios_and_targets(tmp_path):
+def test_bench_quick_reports_consistent_ratios_and_targets(tmp_path, capfd):
     """Bug caught: a benchmark whose report contradicts its own measurements: a ratio inverted (cost vs NoPE
     as variant / NoPE, lengen vs plain upside down), a target marked met when its measured value misses it
     (or the reverse), a target measured on the wrong rows, a variant or encoding missing. Wall times
     themselves are never asserted: they depend on the machine."""
     assert lengen_eval.main(["--bench", "--quick", "--threads", "1", "--out-dir", str(tmp_path)]) == 0
+    assert "USDT" not in capfd.readouterr().err  # torch.profiler's C++ lines (#35 item 25)
     md = (tmp_path / "bench.md").read_text()
     for section in ("Training steps", "Evaluation at long length", "Targets"):
         assert section in md

@@ -380,3 +380,46 @@ def test_an_error_after_a_gguf_load_is_one_line(tmp_path):
                  str(tmp_path / "run"))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "less 32 for the chat template" in result.stderr and not os.listdir(tmp_path)
+
+
+def test_models_that_cannot_be_evaluated_are_one_line(tiny_llm, tmp_path, capsys):
+    """#35 items 18 and 24: weights cut short (a 31-line safetensors traceback), a folder with weights but no
+    tokenizer ("Couldn't instantiate the backend tokenizer from one of: " and nothing), a local file that is not
+    a model (asked of the hub as an id), YaRN asked of a model without rotary embeddings (18 lines), lengths
+    beyond a learned position table (73 lines). Each is one line, exit 2."""
+    import shutil
+    cut, untokenized = tmp_path / "cut", tmp_path / "untokenized"
+    for folder in (cut, untokenized):
+        shutil.copytree(tiny_llm, folder)
+    weights = (cut / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    for name in os.listdir(untokenized):
+        if name.startswith(("tokenizer", "special_tokens")):
+            os.remove(untokenized / name)
+    (tmp_path / "notes.txt").write_text("not a model")
+    learned = tmp_path / "learned"  # a GPT-2 of 64 positions, with the tiny tokenizer
+    transformers.AutoTokenizer.from_pretrained(tiny_llm).save_pretrained(learned)
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=400, n_embd=32, n_layer=1, n_head=2, n_positions=64,
+                                                         bos_token_id=1, eos_token_id=1)).save_pretrained(learned)
+    cases = [([str(cut)], "a weights file is truncated or corrupt"),
+             ([str(untokenized)], "no tokenizer beside the weights"),
+             ([str(tmp_path / "notes.txt")], "a file, but not a .gguf one"),
+             ([str(learned), "--scaling", "yarn", "--factor", "2"], "no rotary embeddings: YaRN cannot be put into it"),
+             ([str(learned), "--lengths", "128"], "a learned table of 64 positions: --lengths 128 goes beyond it")]
+    capsys.readouterr()  # save_pretrained's bars
+    for spec, message in cases:
+        lengths = [] if "--lengths" in spec else ["--lengths", "32"]
+        assert lengen_eval.main(["--llm", *spec, *lengths, "--task", "passkey", "--samples", "1", "--threads", "1"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+
+
+def test_quiet_llm_fine_tune_writes_nothing(tiny_llm, tmp_path):
+    """#35 item 25: train.py --llm --quiet drew transformers' "Writing model shards" bar; eval.py on an LLM
+    printed a deprecation warning of transformers 5 (the output's past_key_values, now `cache`)."""
+    out = str(tmp_path / "run")
+    result = cli("train.py", "--llm", tiny_llm, "--task", "passkey", "--method", "ryarn", "--train-len", "128",
+                 "--steps", "2", "--threads", "1", "--quiet", "--out", out)
+    assert result.returncode == 0 and result.stdout == "" and result.stderr == "", result.stderr
+    result = cli("eval.py", out, "--task", "passkey", "--lengths", "128", "--samples", "1", "--threads", "1")
+    assert result.returncode == 0 and "deprecated" not in result.stderr, result.stderr
