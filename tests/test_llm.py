@@ -409,7 +409,8 @@ def test_models_that_cannot_be_evaluated_are_one_line(tiny_llm, tmp_path, capsys
     capsys.readouterr()  # save_pretrained's bars
     for spec, message in cases:
         lengths = [] if "--lengths" in spec else ["--lengths", "32"]
-        assert lengen_eval.main(["--llm", *spec, *lengths, "--task", "passkey", "--samples", "1", "--threads", "1"]) == 2
+        argv = ["--llm", *spec, *lengths, "--task", "passkey", "--samples", "1", "--threads", "1"]
+        assert lengen_eval.main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
 
