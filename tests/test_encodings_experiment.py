@@ -116,3 +116,25 @@ def test_nope_with_randomized_positions_is_the_same_run(tmp_path):
                    "--steps", "15", "--out", out, "--eval-samples", "0", "--quiet", "--threads", "1"])
         weights.append(eval.load_run(out, "cpu")[0].state_dict())
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_a_gain_is_averaged_over_the_tasks_where_both_cells_fitted():
+    """#35 (tests that catch): a comparison A - B reads only the tasks where A's cell and B's cell both fitted
+    (every seed of each). Bug caught: a task kept where only A fitted, so that B's unfitted model counts."""
+    acc = {"copy": {"a": [[1, 0.9, 0.9], [1, 0.7, 0.7]], "b": [[1, 0.5, 0.5], [1, 0.5, 0.5]]},
+           "shift": {"a": [[1, 0.9, 0.9], [1, 0.9, 0.9]], "b": [[1, 0.0, 0.0], [1, 0.0, 0.0]]}}
+    steps = {"copy": {"a": [100, 200], "b": [300, 400]}, "shift": {"a": [100, 100], "b": [None, 500]}}
+    g = exp.gain(acc, steps, [("copy", "a", "b"), ("shift", "a", "b")])
+    assert g["tasks"] == ["copy"] and g["of"] == 2
+    assert g["per_unit"] == [0.9 - 0.5, 0.7 - 0.5]  # seed by seed, shift left out
+
+
+def test_a_randomized_model_is_measured_at_its_own_positions(tmp_path, monkeypatch):
+    """Ruoss et al.'s protocol: a model trained at randomized ids is evaluated at ids drawn the same way, from the
+    range it trained with. Bug caught: its accuracy measured at contiguous ids (gaps it never saw, even at L)."""
+    calls = []
+    monkeypatch.setattr(exp, "evaluate", lambda *a, **k: calls.append(k) or {"accuracy": 0.5})
+    monkeypatch.setattr(exp, "train_once", lambda argv: train.run(argv + ["--steps", "2"]))
+    monkeypatch.setattr(train, "read_fit", lambda out: {"steps_to_fit": None, "checks": [[2, 0.1]]})
+    exp.train_and_measure(("reverse", "rope", "randomized", 0, QUICK, str(tmp_path), "cpu"))
+    assert {(k["positions"], k["max_position"]) for k in calls} == {("randomized", 8 * QUICK["L"])}

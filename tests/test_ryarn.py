@@ -265,3 +265,20 @@ def test_claims_on_models_that_did_not_fit_are_undecided_and_several_comparisons
     assert common.all_of(["reproduced", common.UNFIT]) == "undecided"
     assert common.all_of([common.UNFIT, common.UNFIT]) == common.UNFIT
     assert common.all_of([]) == "undecided"
+
+
+def test_each_rate_is_chosen_on_validation_sequences_never_on_the_test_set():
+    """#35 (tests that catch): choose() reads each fine-tune's validation accuracy at L (VALIDATION_SEED), the
+    mean over bases and seeds, ties to the smaller rate; the test set (here best at the other rate) chooses
+    nothing. Bug caught: a rate chosen on test accuracy beyond L, or on one base."""
+    setup = {"lrs": (1e-4, 1e-3), "bases": (0, 1), "seeds": (10,)}
+    validation = {1e-4: (0.95, 0.85), 1e-3: (0.90, 0.89)}  # means 0.90 and 0.895: 1e-4 best, base 0 alone agrees
+    grid = {(m, lr, b, 10): [{"validation": validation[lr][b] if m != "yarn" else 0.9,
+                              "test": [0.9] + [0.1 if lr == 1e-4 else 0.8] * 4}]
+            for m in ryarn.GRID_METHODS for lr in setup["lrs"] for b in setup["bases"]}
+    grid |= {("ft", lr, 1, 10): [{"validation": v, "test": [0.5] * 5}] for lr, v in ((1e-4, 0.80), (1e-3, 0.99))}
+    chosen = ryarn.choose(grid, setup)
+    assert chosen["ryarn"] == chosen["rpe"] == 1e-4      # validation's choice, though beyond L prefers 1e-3
+    assert chosen["ft"] == 1e-3                           # the mean over bases (base 0 alone says 1e-4)
+    assert chosen["yarn"] == 1e-4                         # a tie goes to the smaller rate
+    assert chosen["ryarn-nocurr"] == chosen["ryarn"] and chosen["rpe-nocurr"] == chosen["rpe"]
