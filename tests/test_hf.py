@@ -24,6 +24,7 @@ def test_importing_the_core_does_not_import_transformers():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
     code = ("import os, sys, tempfile, hf\nfolder = tempfile.mkdtemp()\n"
             "open(os.path.join(folder, 'config.json'), 'w').write('{}')\n"  # a folder that looks like a model
+            "open(os.path.join(folder, 'tokenizer.json'), 'w').write('{}')\n"
             "try:\n    hf.load_llm(folder)\nexcept hf.UsageError:\n    print('transformers' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
 
