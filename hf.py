@@ -69,10 +69,11 @@ def load_llm(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32)
             model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra)
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot load '{name}': {str(e).splitlines()[0]}") from None
-    except Exception as e:  # the GGUF reader or safetensors meets the end of a cut file
-        if not (isinstance(e, struct.error) or type(e).__name__ == "SafetensorError"):
-            raise
-        raise UsageError(f"cannot load '{name}': a weights file is truncated or corrupt") from None
+    except Exception as e:  # a file cut short (the GGUF reader, safetensors), or one that is not what it says
+        cut = isinstance(e, struct.error) or type(e).__name__ == "SafetensorError"
+        why = "a weights file is truncated or corrupt" if cut else \
+            f"{type(e).__name__} {str(e).splitlines()[0] if str(e) else ''} (a damaged tokenizer or config?)"
+        raise UsageError(f"cannot load '{name}': {why}") from None
     finally:
         if silent:
             hf_logging.enable_progress_bar()
