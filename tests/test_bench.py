@@ -26,6 +26,7 @@ def test_rope_cos_sin_reused_while_positions_repeat():
     assert rope.rotary(torch.arange(1, 11)) is not first
 
 
+@pytest.mark.slow  # ~15-20 s: the fast suite keeps under 3 minutes
 def test_bench_quick_reports_consistent_ratios_and_targets(tmp_path, capfd):
     """Bug caught: a benchmark whose report contradicts its own measurements: a ratio inverted (cost vs NoPE
     as variant / NoPE, lengen vs plain upside down), a target marked met when its measured value misses it

