@@ -156,8 +156,8 @@ def test_forward_at_16k_tokens_in_bounded_memory(encoding, path):
     builds the logits."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONPATH": root}  # freed tensors leave the heap
-    out = subprocess.run([sys.executable, "-c", PROBE, encoding, "16384", path], capture_output=True, text=True, env=env,
-                         check=True).stdout.splitlines()
+    out = subprocess.run([sys.executable, "-c", PROBE, encoding, "16384", path], capture_output=True, text=True,
+                         env=env, check=True).stdout.splitlines()
     peak_mb, finite, taken, why = float(out[0]), out[1] == "True", out[2], out[3]
     fused = encoding not in L.BIASES or encoding == "alibi"
     expected = "fused" if fused else "blocks" if path == "blocks" else "flex"
