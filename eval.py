@@ -563,26 +563,32 @@ def flag_name(flag: str) -> str:
     return flag if flag == "RUN" else "--" + flag.replace("_", "-")
 
 
+def check_command(args) -> bool:
+    """The command line's checks that need no run loaded, and the machine's threads set; True for an LLM."""
+    check_machine(args.device, args.threads)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.factor is not None and args.factor < 1:
+        raise UsageError(f"--factor must be >= 1 (it stretches the context), got {args.factor:g}")
+    refuse_dropped(args)
+    llm = bool(args.llm or (args.run and os.path.isdir(os.path.join(args.run, "model"))))
+    if dist.launched() and (args.bench or args.experiment or not llm):
+        raise UsageError("torchrun shares out an LLM evaluation's prompts; everything else runs in one process "
+                         "(an experiment's runs in several: --jobs N)")
+    if not (args.bench or args.experiment) and dist.launch_rank() == 0:  # rank 0 writes them
+        check_writable(args.json, "--json")
+        check_writable(args.plot, "--plot")
+        if args.plot and os.path.splitext(args.plot)[1].lower() not in PLOT_FORMATS:  # else known after the run
+            raise UsageError(f"--plot {args.plot}: give a file name ending {', '.join(PLOT_FORMATS)}")
+    return llm
+
+
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's SIGTERM is a Ctrl-C
     printable_output()
     try:
         args = build_parser().parse_args(argv)
-        check_machine(args.device, args.threads)
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        if args.factor is not None and args.factor < 1:
-            raise UsageError(f"--factor must be >= 1 (it stretches the context), got {args.factor:g}")
-        refuse_dropped(args)
-        llm = args.llm or (args.run and os.path.isdir(os.path.join(args.run, "model")))
-        if dist.launched() and (args.bench or args.experiment or not llm):
-            raise UsageError("torchrun shares out an LLM evaluation's prompts; everything else runs in one process "
-                             "(an experiment's runs in several: --jobs N)")
-        if not (args.bench or args.experiment) and dist.launch_rank() == 0:  # rank 0 writes them
-            check_writable(args.json, "--json")
-            check_writable(args.plot, "--plot")
-            if args.plot and os.path.splitext(args.plot)[1].lower() not in PLOT_FORMATS:  # else known after the run
-                raise UsageError(f"--plot {args.plot}: give a file name ending {', '.join(PLOT_FORMATS)}")
+        llm = check_command(args)
         if args.bench:
             run_experiment("bench", args)
         elif args.experiment:
