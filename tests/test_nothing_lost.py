@@ -189,6 +189,21 @@ def test_a_failing_run_stops_the_pool_at_once(tmp_path):
     assert not os.path.exists(done) and not os.path.exists(done + "2")
 
 
+def sleep_then_return(item):
+    """A --jobs worker: sleeps `seconds`, then returns `value`."""
+    value, seconds = item
+    time.sleep(seconds)
+    return value
+
+
+def test_the_pool_returns_results_in_the_order_of_its_items():
+    """#35 (tests that catch): with --jobs 2, results come back in the items' order, not the order the workers
+    finish in (here the first item finishes last). Bug caught: map_jobs returning its completion list."""
+    from experiments import common
+    assert common.map_jobs(sleep_then_return, [("first", 1.5), ("second", 0), ("third", 0)], jobs=2) == \
+        ["first", "second", "third"]
+
+
 def test_a_dangling_symlink_as_out_is_one_line_and_creates_nothing(tmp_path, capsys):
     """Bug caught (item 17): --out a symlink to a missing folder made that folder's parent (for the lock) before
     refusing."""
