@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import train
-from test_cli import ROOT, TINY, cli, weights
+from test_cli import ROOT, TINY, cli, set_steps, weights
 
 
 def main(script, args):
@@ -333,8 +333,7 @@ def test_a_gpu_run_resumes_on_the_cpu(runs, tmp_path):
     """Bug caught: the device saved in config.json taken as what the run is, so that a run trained on a GPU
     could not continue on a CPU (--resume --device cpu refused as a changed setting)."""
     shutil.copytree(runs / "config-cuda", tmp_path / "run")
-    config = json.loads((tmp_path / "run" / "config.json").read_text())
-    (tmp_path / "run" / "config.json").write_text(json.dumps({**config, "steps": 25}))  # 5 steps left to train
+    set_steps(tmp_path / "run", 25)  # 5 steps left to train
     assert main("train", ["--resume", "--out", str(tmp_path / "run"), "--device", "cpu", "--quiet"]) == 0
     assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["step"] == 25
 

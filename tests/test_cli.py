@@ -35,6 +35,16 @@ def in_process(script, args, capfd):
     return code, capfd.readouterr().err
 
 
+def set_steps(run_dir, steps):
+    """Rewrite a run's config.json to `steps` in all: a run trained to fewer then reads as one stopped part-way
+    (as a kill leaves it), and --resume takes it on to `steps`."""
+    path = os.path.join(run_dir, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    with open(path, "w") as f:
+        json.dump({**config, "steps": steps}, f)
+
+
 def weights(run_dir):
     return torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["model"]
 
@@ -200,9 +210,7 @@ def test_eval_of_an_unfinished_run_says_where_it_stands(tmp_path, capsys):
     train.run(TINY + ["--steps", "20", "--eval-samples", "0", "--out", run])
     assert lengen_eval.main([run, "--lengths", "16", "--samples", "8", "--threads", "1"]) == 0
     assert "unfinished" not in capsys.readouterr().out
-    config = json.loads(open(os.path.join(run, "config.json")).read())
-    with open(os.path.join(run, "config.json"), "w") as f:
-        json.dump({**config, "steps": 40}, f)  # as a run killed at step 20 of 40 leaves it
+    set_steps(run, 40)  # as a run killed at step 20 of 40 leaves it
     assert lengen_eval.main([run, "--lengths", "16", "--samples", "8", "--threads", "1"]) == 0
     assert "unfinished: its checkpoint is at step 20 of 40" in capsys.readouterr().out
     with open(os.path.join(run, "fit.json"), "w") as f:

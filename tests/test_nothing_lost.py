@@ -16,7 +16,7 @@ import torch
 
 import runs
 import train
-from test_cli import ROOT, TINY, weights
+from test_cli import ROOT, TINY, set_steps, weights
 
 RUN = [*TINY, "--steps", "3", "--eval-samples", "0"]
 
@@ -214,16 +214,20 @@ def test_a_dangling_symlink_as_out_is_one_line_and_creates_nothing(tmp_path, cap
     assert sorted(os.listdir(tmp_path)) == ["link"]
 
 
+def stopped_run(tmp_path, done: int, steps: int) -> str:
+    """A tiny run saved every 10 steps, trained `done` of its `steps`, as a run killed part-way leaves it."""
+    run = str(tmp_path / "run")
+    assert train.main([*TINY, "--steps", str(done), "--save-every", "10", "--eval-samples", "0", "--out", run]) == 0
+    set_steps(run, steps)
+    return run
+
+
 @pytest.mark.parametrize("damage", ["garbled", "missing"])
 def test_resume_keeps_the_log_lines_that_parse(tmp_path, damage):
     """Bug caught (item 16): --resume with a log.jsonl garbled after a power cut (NUL bytes, a hand-added line,
     a line that is not a step's) or deleted was a traceback. The lines that parse and whose step is within the
     checkpoint's are kept; the run goes on from its checkpoint."""
-    run = str(tmp_path / "run")
-    assert train.main([*TINY, "--steps", "20", "--save-every", "10", "--eval-samples", "0", "--out", run]) == 0
-    config = json.loads(open(os.path.join(run, "config.json")).read())
-    with open(os.path.join(run, "config.json"), "w") as f:
-        json.dump({**config, "steps": 30}, f)
+    run = stopped_run(tmp_path, 20, 30)
     log = os.path.join(run, "log.jsonl")
     if damage == "missing":
         os.remove(log)
@@ -239,11 +243,7 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_the_last(tmp_
     """Bug caught (item 15): a full disk or a file-size limit while saving a checkpoint was a 35-line traceback
     (the previous checkpoint was safe). Now one line, exit 2, and the previous checkpoint byte for byte."""
     import resource
-    run = str(tmp_path / "run")
-    assert train.main([*TINY, "--steps", "20", "--save-every", "10", "--eval-samples", "0", "--out", run]) == 0
-    config = json.loads(open(os.path.join(run, "config.json")).read())
-    with open(os.path.join(run, "config.json"), "w") as f:
-        json.dump({**config, "steps": 40}, f)
+    run = stopped_run(tmp_path, 20, 40)
     checkpoint = os.path.join(run, "checkpoint.pt")
     before, size = open(checkpoint, "rb").read(), os.path.getsize(checkpoint)
     result = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--resume", "--out", run, "--quiet"],

@@ -192,19 +192,22 @@ def test_training_stops_at_the_first_check_that_reaches_the_bar(tmp_path):
     assert train.read_fit(out)["steps_to_fit"] == 10
 
 
-def test_fit_check_of_a_randomized_run_uses_its_own_positions(tmp_path, monkeypatch):
+@pytest.mark.parametrize("positions, widest", [(["--max-position", "50"], 50), (["--curriculum", "16:64"], 64)])
+def test_fit_check_of_a_randomized_run_uses_its_own_positions(tmp_path, monkeypatch, positions, widest):
+    """The fit check draws the run's own kind of ids, from its widest range: --max-position's, or where its
+    curriculum ends. Bug caught: a curriculum run checked at its narrowest range (#35, a one-token change)."""
     calls = []
     evaluate = eval.evaluate
     monkeypatch.setattr(train, "evaluate", lambda *a, **k: calls.append(k) or evaluate(*a, **k))
-    train.run(FIT_RUN + ["--steps", "10", "--fit-bar", "1.0", "--positions", "randomized", "--max-position", "50",
+    train.run(FIT_RUN + ["--steps", "10", "--fit-bar", "1.0", "--positions", "randomized", *positions,
                          "--out", str(tmp_path / "run")])
-    assert [(k["positions"], k["max_position"]) for k in calls] == [("randomized", 50)]
+    assert [(k["positions"], k["max_position"]) for k in calls] == [("randomized", widest)]
 
 
 def test_fit_checks_fall_every_k_steps_and_at_the_last_and_the_bar_counts_when_reached(tmp_path, monkeypatch):
     """#35 (tests that catch): a check whose accuracy equals the bar has reached it (>=, not >); a run whose
-    steps are not a multiple of --fit-every is checked at its last step too; a curriculum run is checked at its
-    widest range, where it ends. Each was a one-token change no test caught."""
+    steps are not a multiple of --fit-every is checked at its last step too. Each was a one-token change no test
+    caught."""
     seen = []
     monkeypatch.setattr(train, "fit_accuracy", lambda model, cfg: seen.append(cfg.steps) or 0.25)
     out = str(tmp_path / "exact")
@@ -213,13 +216,6 @@ def test_fit_checks_fall_every_k_steps_and_at_the_last_and_the_bar_counts_when_r
     out = str(tmp_path / "short")
     train.run(FIT_RUN + ["--steps", "25", "--fit-bar", "0.5", "--out", out])
     assert [step for step, _ in train.read_fit(out)["checks"]] == [10, 20, 25]
-    monkeypatch.undo()
-    calls = []
-    evaluate = eval.evaluate
-    monkeypatch.setattr(train, "evaluate", lambda *a, **k: calls.append(k) or evaluate(*a, **k))
-    train.run(FIT_RUN + ["--steps", "10", "--fit-bar", "1.0", "--positions", "randomized", "--curriculum", "16:64",
-                         "--out", str(tmp_path / "curriculum")])
-    assert [(k["positions"], k["max_position"]) for k in calls] == [("randomized", 64)]
 
 
 def test_randomized_evaluation_reads_the_same_sequences_at_drawn_positions(monkeypatch):
