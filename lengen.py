@@ -798,7 +798,7 @@ class CausalSelfAttention(nn.Module):
         elif return_attention:
             y, logits, weights = attention_with_weights(q, k, v, pos.bias, pos.ids)
             analysis = {"logits": logits, "weights": weights}
-        elif pos.alibi is not None and q.dtype in (torch.float32, torch.float64):  # a 16-bit model: blocks
+        elif pos.alibi is not None:
             y = alibi_attention(q, k, v, pos.alibi[0], pos.ids, pos.alibi[1])
         elif pos.score_mod is not None:
             y = flex_softmax_attention(q, k, v, pos.score_mod)
@@ -876,7 +876,7 @@ class GPT(nn.Module):
         if self.config.attention == "linear":
             return "linear", "linear attention"
         return attention_path(self.pos, length, self.head.weight.device, torch.is_grad_enabled(),
-                              self.config.dim // self.config.heads, positions)
+                              self.config.dim // self.config.heads, positions, self.head.weight.dtype)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -975,8 +975,10 @@ def flex_unavailable(device_type: str) -> str | None:
 
 
 def attention_path(encoding: "PositionalEncoding", length: int, device, grad_enabled: bool,
-                   head_dim: int = 16, positions: torch.Tensor | None = None) -> tuple[str, str]:
-    """How softmax attention runs a forward of `length` tokens at `positions` (default 0..length-1), and why:
+                   head_dim: int = 16, positions: torch.Tensor | None = None,
+                   dtype: torch.dtype = torch.float32) -> tuple[str, str]:
+    """How softmax attention runs a forward of `length` tokens at `positions` (default 0..length-1) in a model of
+    `dtype`, and why:
     "fused" (torch's SDPA: no bias, or ALiBi's as one more head dimension), "flex" (the encoding's score_mod,
     compiled) or "blocks" (the bias built a block of queries at a time). Flex is for long evaluations. Training
     stays on blocks: compiled flex attention runs inference only on CPU, and a training run meets many short
@@ -984,7 +986,7 @@ def attention_path(encoding: "PositionalEncoding", length: int, device, grad_ena
     if encoding.acts_on != "logits":
         return "fused", "no bias"
     if isinstance(encoding, ALiBi):
-        why_not = alibi_unfused(encoding, length, device, positions)
+        why_not = alibi_unfused(encoding, length, device, positions, dtype)
         if why_not is None:
             return "fused", "ALiBi's bias as one more head dimension (alibi_attention)"
         path, why = bias_path(encoding, length, device, grad_enabled, head_dim)
@@ -1005,12 +1007,15 @@ def bias_path(encoding: "PositionalEncoding", length: int, device, grad_enabled:
     return ("blocks", why_not) if why_not else ("flex", "a bias, no gradients, a long input")
 
 
-def alibi_unfused(encoding: ALiBi, length: int, device, positions: torch.Tensor | None) -> str | None:
-    """Why ALiBi cannot take alibi_attention here (None: it can): under autocast to a 16-bit type the extra
-    dimension would round the bias to ~1e-3 of ALIBI_SPAN; ids too sparse would need blocks of a few queries."""
+def alibi_unfused(encoding: ALiBi, length: int, device, positions: torch.Tensor | None,
+                  dtype: torch.dtype = torch.float32) -> str | None:
+    """Why ALiBi cannot take alibi_attention here (None: it can): in a 16-bit model, or under autocast to one, the
+    extra dimension would round the bias to ~1e-3 of ALIBI_SPAN; ids too sparse would need blocks of a few
+    queries."""
     device_type = torch.device(device).type
-    if torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type) != torch.float32:
-        return "autocast to 16 bits: the bias would round in one more head dimension"
+    autocast = torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type) != torch.float32
+    if autocast or dtype not in (torch.float32, torch.float64):
+        return "16 bits (the model's or autocast's): the bias would round in one more head dimension"
     positions = torch.arange(length) if positions is None else positions
     if alibi_blocks(positions, float(encoding.slopes.max())) is None:
         return (f"ids too sparse: fused ALiBi would need blocks under {ALIBI_MIN_BLOCK} queries "
