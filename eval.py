@@ -42,7 +42,7 @@ import tasks
 import text_tasks
 from runs import (MAX_SAMPLES, RUN_FILES, Interrupted, Parser, RunConfig, UsageError, check_machine, check_memory,
                   closed_stdout, finite, hold, int_set, load_checkpoint, out_of_memory, printable_output, read_config,
-                  save_atomic)
+                  read_fit, save_atomic)
 
 # ---------------------------------------------------------------------------------------------------------
 # Loading a run
@@ -347,9 +347,8 @@ def progress(run_dir: str, cfg: RunConfig) -> str:
     """Where an unfinished run's checkpoint stands ('' once it took every step, or stopped at its --fit-bar)."""
     step = load_checkpoint(run_dir)["step"]
     try:
-        with open(os.path.join(run_dir, "fit.json"), encoding="utf-8") as f:
-            fitted = json.load(f).get("steps_to_fit") == step
-    except (OSError, ValueError, AttributeError):
+        fitted = read_fit(run_dir).get("steps_to_fit") == step
+    except (UsageError, AttributeError):  # no --fit-bar, or not a fit record
         fitted = False
     if step >= cfg.steps or fitted:
         return ""

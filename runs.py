@@ -133,6 +133,16 @@ RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig)
 CHECKPOINT_KEYS = ("model", "optimizer", "step", "data_rng", "position_rng", "torch_rng")
 
 
+def read_fit(run_dir: str) -> dict:
+    """The fit record (fit.json) of a run trained with train.py --fit-bar: {"bar", "every", "checks": [[step,
+    accuracy], ...], "steps_to_fit": the step that reached the bar, or None}."""
+    try:
+        with open(os.path.join(run_dir, "fit.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        raise UsageError(f"{run_dir}: no readable fit.json (was it trained with --fit-bar?)") from None
+
+
 def read_config(run_dir: str) -> RunConfig:
     """The settings of the run in run_dir, from its config.json (a key it does not know is left aside)."""
     path = os.path.join(run_dir, "config.json")

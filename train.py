@@ -39,7 +39,8 @@ import text_tasks
 from eval import evaluate, final_table, load_run, markdown_table, model_config
 from runs import (MAX_SAMPLES, Interrupted, Parser, RunConfig, RunFolder, UsageError, check_machine, check_memory,
                   check_runtime, closed_stdout, finite, hold, int_range, int_set, learning_rate, load_checkpoint,
-                  out_of_memory, printable_output, refuse_unused, resume_config, save_atomic, set_learning_rate)
+                  out_of_memory, printable_output, refuse_unused, resume_config, save_atomic,
+                  set_learning_rate)
 
 
 # Defaults of a small GPT trained from scratch; an LLM fine-tune has its own (finetune.DEFAULTS).
@@ -149,16 +150,6 @@ def check_fit(model: lengen.GPT, cfg: RunConfig, fit: dict, step: int, run: RunF
     run.log({"step": step, "fit_accuracy": round(accuracy, 4)})
 
 
-def read_fit(run_dir: str) -> dict:
-    """The fit record of a run trained with --fit-bar: {"bar", "every", "checks": [[step, accuracy], ...],
-    "steps_to_fit": the step that reached the bar, or None}."""
-    try:
-        with open(os.path.join(run_dir, "fit.json"), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        raise UsageError(f"{run_dir}: no readable fit.json (was it trained with --fit-bar?)") from None
-
-
 # ---------------------------------------------------------------------------------------------------------
 # The loop
 # ---------------------------------------------------------------------------------------------------------
@@ -229,7 +220,7 @@ def restore(out: str, model: lengen.GPT, optimizer, data_rng: torch.Generator, p
             lines = f.readlines()
     except FileNotFoundError:  # deleted: the run goes on, logging from its checkpoint
         lines = []
-    kept = [line for line in lines if logged_step(line) is not None and logged_step(line) <= ckpt["step"]]
+    kept = [line for line in lines if (step := logged_step(line)) is not None and step <= ckpt["step"]]
     save_atomic(path, lambda f: f.write("".join(kept).encode()))
     return ckpt["step"], ckpt.get("fit") or fit
 

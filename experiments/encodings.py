@@ -32,6 +32,7 @@ import train
 from eval import command_line, evaluate, load_run, scale_name
 from experiments.common import (FIT_BAR, THRESHOLD, UNFIT, all_of, beyond, caption, cpu_seconds, decide, fmt, map_jobs,
                                 rerender, short, spread, train_once, write_results)
+from runs import read_fit
 
 # ---------------------------------------------------------------------------------------------------------
 # The setup
@@ -102,7 +103,7 @@ def train_and_measure(job: tuple) -> dict:
     argv = model_argv(task, encoding, positions, seed, setup, root, device)
     out = train_once(argv)["run"]
     model, cfg = load_run(out, device)
-    fit = train.read_fit(out)
+    fit = read_fit(out)
     accuracy = [evaluate(model, task, m * setup["L"], cfg.task_options, setup["samples"], device=device,
                                positions=positions, max_position=cfg.max_position)["accuracy"]
                 for m in MULTIPLES]

@@ -28,10 +28,10 @@ import time
 from tqdm import tqdm
 
 import tasks
-import train
 from eval import command_line, evaluate, load_run, plot_curves, scale_name
 from experiments.common import (FIT_BAR, THRESHOLD, beyond, caption, cpu_seconds, decide, fmt, line_styles, map_jobs,
                                 rerender, seed_curve, short, spread, train_once, write_results)
+from runs import read_fit
 
 # ---------------------------------------------------------------------------------------------------------
 # The setup
@@ -568,7 +568,7 @@ def pretrain_steps(setup: dict, root: str) -> list[int]:
     """How many steps each base trained: to the check that reached pretrain_bar, or all of them."""
     if not setup["pretrain_bar"]:
         return [setup["pretrain"]] * len(setup["bases"])
-    fits = [train.read_fit(os.path.join(root, TASK, f"base-{b}")) for b in setup["bases"]]
+    fits = [read_fit(os.path.join(root, TASK, f"base-{b}")) for b in setup["bases"]]
     return [fit["steps_to_fit"] or setup["pretrain"] for fit in fits]
 
 

@@ -5,6 +5,7 @@ import json
 import torch
 
 import eval
+import runs
 import train
 from experiments import common
 from experiments import encodings as exp
@@ -34,7 +35,7 @@ def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
             for seed, steps in zip(QUICK["seeds"], data["steps_to_fit"][t][exp.label(e, p)]):
                 assert steps is None or (steps % every == 0 and steps <= cap)
                 run = tmp_path / "runs" / "encodings" / "quick" / t / f"{e}-{p}-s{seed}"
-                assert train.read_fit(str(run))["steps_to_fit"] == steps
+                assert runs.read_fit(str(run))["steps_to_fit"] == steps
     assert len(data["commands"]) == data["models"] and all(" --fit-bar 0.9 " in c for c in data["commands"])
     assert data["models"] == len(labels) * len(QUICK["tasks"]) * len(QUICK["seeds"])
     markdown = (tmp_path / "results" / "quick" / "encodings.md").read_text()
@@ -135,6 +136,6 @@ def test_a_randomized_model_is_measured_at_its_own_positions(tmp_path, monkeypat
     calls = []
     monkeypatch.setattr(exp, "evaluate", lambda *a, **k: calls.append(k) or {"accuracy": 0.5})
     monkeypatch.setattr(exp, "train_once", lambda argv: train.run(argv + ["--steps", "2"]))
-    monkeypatch.setattr(train, "read_fit", lambda out: {"steps_to_fit": None, "checks": [[2, 0.1]]})
+    monkeypatch.setattr(exp, "read_fit", lambda out: {"steps_to_fit": None, "checks": [[2, 0.1]]})
     exp.train_and_measure(("reverse", "rope", "randomized", 0, QUICK, str(tmp_path), "cpu"))
     assert {(k["positions"], k["max_position"]) for k in calls} == {("randomized", 8 * QUICK["L"])}

@@ -169,7 +169,7 @@ def test_fit_check_measures_held_out_sequences_at_the_training_length(tmp_path):
     out = str(tmp_path / "run")
     train.run(FIT_RUN + ["--steps", "30", "--fit-bar", "1.0", "--out", out],
               on_step=lambda step, x, positions: seen.extend(map(tuple, x.tolist())))
-    fit = train.read_fit(out)
+    fit = runs.read_fit(out)
     assert [step for step, _ in fit["checks"]] == [10, 20, 30] and fit["steps_to_fit"] is None
     model, cfg = eval.load_run(out)
     x, y, mask = train.tasks.make_batch("reverse", train.FIT_SAMPLES, 12, torch.Generator().manual_seed(train.FIT_SEED))
@@ -184,12 +184,12 @@ def test_training_stops_at_the_first_check_that_reaches_the_bar(tmp_path):
     on, a randomized run checked with contiguous ids (it would not reach a bar it reaches in distribution)."""
     out = str(tmp_path / "run")
     train.run(FIT_RUN + ["--steps", "200", "--fit-bar", "0.05", "--out", out])
-    fit = train.read_fit(out)
+    fit = runs.read_fit(out)
     assert fit["steps_to_fit"] == 10 and fit["checks"] == [[10, fit["checks"][0][1]]]
     assert torch.load(os.path.join(out, "checkpoint.pt"))["step"] == 10
     train.run(["--resume", "--out", out, "--quiet"])
     assert torch.load(os.path.join(out, "checkpoint.pt"))["step"] == 10
-    assert train.read_fit(out)["steps_to_fit"] == 10
+    assert runs.read_fit(out)["steps_to_fit"] == 10
 
 
 @pytest.mark.parametrize("positions, widest", [(["--max-position", "50"], 50), (["--curriculum", "16:64"], 64)])
@@ -212,10 +212,10 @@ def test_fit_checks_fall_every_k_steps_and_at_the_last_and_the_bar_counts_when_r
     monkeypatch.setattr(train, "fit_accuracy", lambda model, cfg: seen.append(cfg.steps) or 0.25)
     out = str(tmp_path / "exact")
     train.run(FIT_RUN + ["--steps", "30", "--fit-bar", "0.25", "--out", out])
-    assert train.read_fit(out)["steps_to_fit"] == 10 and len(seen) == 1
+    assert runs.read_fit(out)["steps_to_fit"] == 10 and len(seen) == 1
     out = str(tmp_path / "short")
     train.run(FIT_RUN + ["--steps", "25", "--fit-bar", "0.5", "--out", out])
-    assert [step for step, _ in train.read_fit(out)["checks"]] == [10, 20, 25]
+    assert [step for step, _ in runs.read_fit(out)["checks"]] == [10, 20, 25]
 
 
 def test_randomized_evaluation_reads_the_same_sequences_at_drawn_positions(monkeypatch):
