@@ -30,7 +30,7 @@ import hf
 import lengen
 import text_tasks
 from runs import (UsageError, build_folder, check_out, check_runtime, hold, learning_rate, open_log, physical_memory,
-                  prepare_run_dir, refuse_unused, set_learning_rate, swap_in, write_config)
+                  prepare_run_dir, refuse_unused, save_atomic, set_learning_rate, swap_in, write_config)
 
 
 # Paper R's methods: (YaRN scaling, randomized positions). Evaluation always uses contiguous positions.
@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # ignore it, and a small-GPT run refuses these.
 LLM_ONLY = {"method", "no_curriculum", "range", "range_shape", "lora", "facts", "bf16", "grad_accum", "fsdp"}
 LLM_FLAGS = LLM_ONLY | {"llm", "task", "train_len", "steps", "batch", "lr", "wd", "warmup", "seed", "factor", "out",
-                        "force", "resume", "device", "threads", "quiet"}
+                        "force", "resume", "device", "threads", "quiet", "fit_bar", "fit_every"}
 
 
 def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
@@ -114,6 +114,12 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     if args.train_len[0] != args.train_len[1]:
         raise UsageError("--llm takes one --train-len N (tokens per training sample)")
     check_step_size(args)
+    if args.fit_bar is not None and not 0 < args.fit_bar <= 1:
+        raise UsageError(f"--fit-bar {args.fit_bar:g}: an exact-match rate in (0, 1]")
+    if args.fit_bar is None and args.fit_every != parser.get_default("fit_every"):
+        raise UsageError(f"--fit-every {args.fit_every} sets how often the fit check runs: give --fit-bar with it")
+    if args.fit_every < 1:
+        raise UsageError("--fit-every must be >= 1")
     cfg["out"] = args.out or os.path.join("runs", f"llm-{cfg['method']}-s{args.seed}")
     return cfg
 
@@ -204,6 +210,27 @@ def step_batch(tokenizer, cfg: dict, step: int, max_position: int, position_rng:
     return [sample for sample, our in zip(samples, ours) if our]
 
 
+# Has the model learned the task? With --fit-bar, every --fit-every steps and at the last: greedy exact match on
+# FIT_PROMPTS held-out prompts at the training length, from seeds of their own (training samples come from
+# seed * 1,000,003 + i, eval.py's prompts from 10^9 + i). Training stops once the bar is reached; fit.json says
+# when (runs.read_fit reads it).
+FIT_SEED, FIT_PROMPTS = 2 * 10 ** 9, 32
+
+
+def fit_accuracy(model, tokenizer, cfg: dict, device) -> float:
+    """Exact match on the FIT_PROMPTS prompts, contiguous positions, the model in eval mode for the while. Every
+    process scores every prompt (under FSDP2 their forwards gather the shards together)."""
+    model.eval()
+    right = 0
+    with torch.no_grad():
+        for i in range(FIT_PROMPTS):
+            prompt, answer = hf.text_sample(tokenizer, cfg["task"], cfg["train_len"][1], FIT_SEED + i,
+                                            cfg["task_options"])
+            right += hf.score_prompt(model, tokenizer, prompt, answer, (), device, bf16=cfg["bf16"])["right"]
+    model.train()
+    return right / FIT_PROMPTS
+
+
 def train(cfg: dict, on_step=None):
     """Fine-tune a Hugging Face causal LM on short text-task samples with one of Paper R's methods; the loss
     is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in cfg['out'].
@@ -234,6 +261,7 @@ def train(cfg: dict, on_step=None):
     bar = tqdm(range(cfg["steps"]), disable=cfg["quiet"] or not lead, desc=os.path.basename(cfg["out"]))
     model.train()
     tick, tokens = time.perf_counter(), 0
+    fit = {"bar": cfg["fit_bar"], "every": cfg["fit_every"], "checks": [], "steps_to_fit": None}
     for step in bar:
         set_learning_rate(optimizer, learning_rate(step, cfg["lr"], cfg["warmup"], cfg["steps"]))
         max_position = curriculum(step) if curriculum else end
@@ -253,6 +281,16 @@ def train(cfg: dict, on_step=None):
         if lead:
             log.write(json.dumps(row) + "\n")
         bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}")
+        if fit["bar"] and ((step + 1) % fit["every"] == 0 or step + 1 == cfg["steps"]):
+            accuracy = fit_accuracy(dist.unwrap(model), tokenizer, cfg, device)
+            fit["checks"].append([step + 1, round(accuracy, 4)])
+            if lead:
+                log.write(json.dumps({"step": step + 1, "fit_accuracy": round(accuracy, 4)}) + "\n")
+            if accuracy >= fit["bar"]:
+                fit["steps_to_fit"] = step + 1
+                break
+    if fit["bar"] and lead:
+        save_atomic(os.path.join(out, "fit.json"), lambda f: f.write(json.dumps(fit).encode()))
     return save(model, tokenizer, cfg, out, log), tokenizer, cfg
 
 

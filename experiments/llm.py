@@ -28,7 +28,7 @@ import hf
 import train
 from eval import command_line, evaluate_llm, plot_curves, scale_name
 from experiments.common import FIT_BAR, UNFIT, caption, decide, line_styles, map_jobs, rerender, short, write_results
-from runs import UsageError, save_atomic
+from runs import UsageError, read_fit, save_atomic
 
 # ---------------------------------------------------------------------------------------------------------
 # The plans
@@ -39,22 +39,27 @@ from runs import UsageError, save_atomic
 # Every randomized method draws positions from Paper R's range (train.py's default: 1x to 2x the sample length
 # in stages). `samples`: prompts at each length, the same for every model. Paper R fine-tunes under 8K tokens
 # and evaluates from 16K on; a 7B model's own context (32K) holds the lower half of that, far beyond its
-# fine-tuning length. SmolLM2's context is 8K and fine-tuning uses 512 tokens, so 2K and 4K are that regime's
-# cheap analogue, 10K the one beyond the model's context. Measured on one CPU thread (float32), a prompt takes
-# 2.9 s at 512 tokens, 10 s at 2K, 28 s at 4K and about 90 s at 10K: the default spends its prompts where a
-# difference is cheapest to detect, and keeps 8 beyond the context.
-# On 2 CPU cores the default affords four models at the prompt counts below (about 45 CPU-minutes each, 35 of
-# them scoring prompts): zero-shot YaRN, ft, yarn and ryarn. It leaves out the base model as it is (not one of
-# Paper R's comparisons), rpe and the curriculum's ablation (which the small-GPT experiment replicates on three
-# pretrained bases), and the second fine-tuning seed; --full runs them all.
-MODELS = ["base", "base+yarn", "ft", "yarn", "rpe", "ryarn", "ryarn-nocurr", "yarn-s1", "ryarn-s1"]
+# fine-tuning length. SmolLM2's context is 8K and fine-tuning uses 512 tokens, so 4K is that regime's cheap
+# analogue, 10K the one beyond the model's context. Measured on one CPU thread (float32), a prompt takes 2.9 s at
+# 512 tokens, 28 s at 4K and about 90 s at 10K; a fine-tuning step at 512 tokens 5.4 s.
+# Fit first: a fine-tune trains until greedy exact match on finetune.FIT_PROMPTS held-out prompts at its
+# fine-tuning length reaches common.FIT_BAR (checked every `fit_every` steps), for at most `steps` steps; one
+# that does not is "did not fit", and no comparison with it is decided. Two fine-tuning seeds for ft, yarn and
+# ryarn: a verdict needs the same sign on both. The default leaves out the base model as it is (not one of
+# Paper R's comparisons), rpe and the curriculum's ablation (which the small-GPT experiment replicates on eight
+# pretrained bases); --full runs them all.
+MODELS = ["base", "base+yarn", "ft", "yarn", "ryarn", "rpe", "ryarn-nocurr", "ft-s1", "yarn-s1", "ryarn-s1"]
 SCALES = {
-    "quick": dict(methods=["base", "ft", "ryarn"], train_len=192, steps=2, batch=1, samples={256: 3, 512: 2}),
-    "default": dict(methods=["base+yarn", "ft", "yarn", "ryarn"], train_len=512, steps=100, batch=1,
-                    samples={512: 48, 2048: 24, 4096: 24, 10240: 8}),
-    "full": dict(methods=MODELS, train_len=4096, steps=400, batch=8,
+    "quick": dict(methods=["base", "ft", "ryarn"], train_len=192, steps=2, fit_every=2, batch=1,
+                  samples={256: 3, 512: 2}),
+    "default": dict(methods=["base+yarn", "ft", "ryarn", "yarn", "ft-s1", "ryarn-s1", "yarn-s1"], train_len=512,
+                    steps=400, fit_every=100, batch=1, samples={512: 32, 4096: 16, 10240: 12}),
+    "full": dict(methods=MODELS, train_len=4096, steps=1000, fit_every=100, batch=8,
                  samples={4096: 100, 8192: 100, 16384: 50, 32768: 50, 65536: 50}),
 }
+# The primary comparison, named before the run: does randomizing the positions add to trained YaRN, at the
+# longest length (beyond the model's context)? Its own family; every other comparison is exploratory, one family.
+PRIMARY = ("ryarn", "yarn")
 # Paper R fine-tunes with LoRA. Rank 16 (alpha 32) on the attention projections, AdamW at 2e-4: a usual LoRA
 # setting, fixed before the run, the same for every method. On a CPU the fine-tune runs in float32: under
 # bfloat16 autocast a LoRA step took 125 s here against 5.4 s in float32 (512 tokens, one thread), and scoring a
@@ -70,6 +75,7 @@ LABELS = {
     "rpe": "fine-tuned with randomized positions (range 1x -> 2x the sample length), plain RoPE",
     "ryarn": f"Randomized YaRN: YaRN x{FACTOR:g} + randomized positions, range 1x -> 2x in Paper R's stages",
     "ryarn-nocurr": "Randomized YaRN without the curriculum: positions from [0, 2x the sample length) at once",
+    "ft-s1": "ft with fine-tuning seed 1 (other samples, in another order)",
     "yarn-s1": "yarn with fine-tuning seed 1 (other samples, in another order)",
     "ryarn-s1": "ryarn with fine-tuning seed 1 (other samples and positions)",
 }
@@ -85,7 +91,8 @@ def fine_tune_argv(method: str, setup: dict, root: str, args) -> list[str]:
     name, _, seed = method.partition("-s")
     argv = ["--llm", "smollm2", "--method", name.removesuffix("-nocurr"), "--seed", seed or "0",
             "--train-len", str(setup["train_len"]),
-            "--steps", str(setup["steps"]), "--batch", str(setup["batch"]), "--task", TASK, "--facts",
+            "--steps", str(setup["steps"]), "--fit-bar", str(FIT_BAR), "--fit-every", str(setup["fit_every"]),
+            "--batch", str(setup["batch"]), "--task", TASK, "--facts",
             str(OPTIONS["facts"]), "--lora", str(LORA), "--lr", str(LR), "--device", args.device,
             "--out", os.path.join(root, method), "--force", "--quiet"]
     argv += ["--factor", str(FACTOR)] if "yarn" in method else []
@@ -95,9 +102,9 @@ def fine_tune_argv(method: str, setup: dict, root: str, args) -> list[str]:
 
 def run_method(method: str, setup: dict, root: str, args) -> dict:
     """Fine-tune (unless a base model), then score every prompt at every length. Returns the rows, the
-    training log's loss at the start and the end, and the minutes it took."""
+    training log's loss at the start and the end, the fit record (fit.json) and the minutes it took."""
     began = time.perf_counter()
-    loss = None
+    loss = fit = None
     if method.startswith("base"):
         model, tokenizer, _ = hf.load_for_eval("smollm2", args.device, "yarn" if method == "base+yarn" else None,
                                                FACTOR)
@@ -105,15 +112,19 @@ def run_method(method: str, setup: dict, root: str, args) -> dict:
     else:
         train.run(fine_tune_argv(method, setup, root, args))
         with open(os.path.join(root, method, "log.jsonl")) as f:
-            log = [json.loads(line)["loss"] for line in f]
+            log = [row["loss"] for row in map(json.loads, f) if "loss" in row]  # the others: fit checks
         tenth = max(1, len(log) // 10)
         loss = {"first": sum(log[:tenth]) / tenth, "last": sum(log[-tenth:]) / tenth, "steps": len(log)}
+        fit = read_fit(os.path.join(root, method))
         model, tokenizer, _ = hf.load_for_eval(os.path.join(root, method), args.device)
+    rows = []
     with tqdm(total=sum(setup["samples"].values()), desc=method) as bar:
-        rows = [evaluate_llm(model, tokenizer, TASK, n, samples, OPTIONS, args.device, bar=bar,
-                             bf16=torch.device(args.device).type == "cuda")
-                for n, samples in setup["samples"].items()]
-    return {"rows": rows, "training_loss": loss, "minutes": (time.perf_counter() - began) / 60}
+        for n, samples in setup["samples"].items():
+            tick = time.perf_counter()
+            rows.append(evaluate_llm(model, tokenizer, TASK, n, samples, OPTIONS, args.device, bar=bar,
+                                     bf16=torch.device(args.device).type == "cuda"))
+            rows[-1]["seconds"] = time.perf_counter() - tick
+    return {"rows": rows, "training_loss": loss, "fit": fit, "minutes": (time.perf_counter() - began) / 60}
 
 
 def fingerprint(method: str, root: str) -> str:
@@ -163,53 +174,81 @@ def method_worker(job) -> dict:
 # The comparisons: prompt-paired, since every model answers the same prompts
 # ---------------------------------------------------------------------------------------------------------
 
-# better, worse: measured at every length, and read in both directions (a "reversed" verdict is a result). The
-# second fine-tuning seed repeats the headline pair, so that a verdict can be checked against seed variance.
-COMPARISONS = [("ryarn", "yarn"), ("ryarn-s1", "yarn-s1"), ("ryarn", "ft"), ("ryarn", "rpe"), ("ryarn", "base+yarn"),
-               ("ryarn", "ryarn-nocurr"), ("yarn", "ft"), ("yarn", "base+yarn"), ("ft", "base")]
+# better, worse: measured at every length, and read in both directions (a "reversed" verdict is a result). A
+# method stands for all its fine-tuning seeds ("ryarn": ryarn, ryarn-s1); base and base+yarn have none.
+COMPARISONS = [PRIMARY, ("ryarn", "ft"), ("ryarn", "rpe"), ("ryarn", "base+yarn"), ("ryarn", "ryarn-nocurr"),
+               ("yarn", "ft"), ("yarn", "base+yarn"), ("ft", "base")]
+
+
+def seeds(results: dict, method: str) -> list[str]:
+    """The runs of a method in the results: the method itself, then its other fine-tuning seeds."""
+    return sorted((m for m in results if m == method or m.startswith(method + "-s")), key=lambda m: (m != method, m))
 
 
 def paired(results: dict, better: str, worse: str, length: int) -> dict:
-    """The difference better - worse in the answer's log-probability, prompt by prompt (every model answers the
-    same prompts), and in top-1 and exact match. `differences`: the per-prompt log p differences that
-    comparisons() decides on."""
-    rows = {m: next(r for r in results[m]["rows"] if r["length"] == length) for m in (better, worse)}
-    pairs = list(zip(rows[better]["prompts"], rows[worse]["prompts"], strict=True))
-    top1 = sum(float(b["rank"] == 1) - float(w["rank"] == 1) for b, w in pairs) / len(pairs)
-    return {"better": better, "worse": worse, "length": length, "prompts": len(pairs), "top1": top1,
-            "exact": rows[better]["accuracy"] - rows[worse]["accuracy"],
-            "differences": [b["logprob"] - w["logprob"] for b, w in pairs]}
+    """better - worse, prompt by prompt (every model answers the same prompts), seed k of one against seed k
+    of the other (the same training samples), or each seed against a model that has no seeds. `differences`:
+    per prompt, the log p difference averaged over the seed pairs (what comparisons() decides on); `per_seed`:
+    each pair's mean log p difference; top-1 and exact match differences averaged over pairs."""
+    ours, theirs = seeds(results, better), seeds(results, worse)
+    pairs = list(zip(ours, theirs)) if len(theirs) > 1 else [(m, theirs[0]) for m in ours]
+
+    def prompts(method):
+        return next(r for r in results[method]["rows"] if r["length"] == length)["prompts"]
+
+    per_pair = [list(zip(prompts(b), prompts(w), strict=True)) for b, w in pairs]
+    differences = [sum(b["logprob"] - w["logprob"] for b, w in prompt) / len(pairs) for prompt in zip(*per_pair)]
+    n = len(differences)
+    return {"better": better, "worse": worse, "length": length, "prompts": n, "pairs": [list(p) for p in pairs],
+            "per_seed": [sum(b["logprob"] - w["logprob"] for b, w in pp) / n for pp in per_pair],
+            "top1": mean_over(per_pair, lambda e: float(e["rank"] == 1)),
+            "exact": mean_over(per_pair, lambda e: float(e["right"])),
+            "differences": differences}
 
 
-# A fine-tune has learned the task when its exact match at the fine-tuning length, on held-out prompts, reaches
-# common.FIT_BAR; the pretrained model (base, base+yarn) is what it is, and counts as such.
-def fitted(results: dict, method: str, train_len: int) -> bool:
+def mean_over(per_pair: list, score) -> float:
+    """The mean over seed pairs and prompts of score(better's prompt) - score(worse's)."""
+    return sum(score(b) - score(w) for pp in per_pair for b, w in pp) / sum(map(len, per_pair))
+
+
+def fitted(results: dict, method: str) -> bool:
+    """A fine-tune has learned the task when its fit check reached the bar (fit.json: steps_to_fit); the
+    pretrained model (base, base+yarn) is what it is, and counts as such."""
     if method in ("base", "base+yarn"):
         return True
-    return next(r for r in results[method]["rows"] if r["length"] == train_len)["accuracy"] >= FIT_BAR
+    return bool((results[method].get("fit") or {}).get("steps_to_fit"))
 
 
-def comparisons(results: dict, lengths: list[int], train_len: int) -> tuple[list[dict], str]:
-    """Every comparison at every length, one family (common.decide: Holm over the table, prompts as the units,
-    a gain of any size): reproduced when the adjusted interval of the log p difference lies above 0, reversed
-    when below, undecided otherwise; undecided (models did not fit) when a fine-tune it compares did not fit.
-    `detectable`: the adjusted interval's half-width, the smallest mean difference these prompts could tell
-    from 0. A verdict that exact match contradicts (the other sign) says so."""
+def comparisons(results: dict, lengths: list[int]) -> tuple[list[dict], str]:
+    """Every comparison at every length, decided on prompts as the units (common.decide: a gain of any size):
+    reproduced when the adjusted interval of the seed-averaged log p difference lies above 0, reversed when
+    below, undecided otherwise; undecided (seeds disagree) when the seed pairs' mean differences do not all
+    have the verdict's sign; undecided (models did not fit) when any run it compares did not fit. Two families:
+    the primary comparison at the longest length alone, and the rest together (Holm). `detectable`: the
+    adjusted interval's half-width. A verdict that exact match contradicts (the other sign) says so."""
     table = {f"{b} - {w} at {n}": paired(results, b, w, n) for b, w in COMPARISONS
-             if b in results and w in results for n in lengths}
-    decided = decide({k: c["differences"] for k, c in table.items()}, 0.0,
-                     fitted={k: fitted(results, c["better"], train_len) and fitted(results, c["worse"], train_len)
-                             for k, c in table.items()})
+             if seeds(results, b) and seeds(results, w) for n in lengths}
+    primary = f"{PRIMARY[0]} - {PRIMARY[1]} at {lengths[-1]}"
+    fit = {k: all(fitted(results, m) for pair in c["pairs"] for m in pair) for k, c in table.items()}
+    decided, captions = {}, []
+    for family in ([k for k in table if k == primary], [k for k in table if k != primary]):
+        if family:
+            decided.update(decide({k: table[k]["differences"] for k in family}, 0.0,
+                                  fitted={k: fit[k] for k in family}))
+            captions.append(("Primary: " if primary in family else "Exploratory: ")
+                            + caption({k: decided[k] for k in family}))
     out = []
     for key, c in table.items():
         d = decided[key]
-        verdict = d["verdict"]
-        if (verdict, c["exact"] < 0) == ("reproduced", True) or (verdict, c["exact"] > 0) == ("reversed", True):
+        verdict, sign = d["verdict"], {"reproduced": 1, "reversed": -1}.get(d["verdict"], 0)
+        if sign and not all(x * sign > 0 for x in c["per_seed"]):
+            verdict = "undecided (seeds disagree)"
+        elif sign and c["exact"] * sign < 0:
             verdict += " (exact match disagrees)"
         mean, (low, high) = d.get("mean", float("nan")), (d.get("low", float("nan")), d.get("high", float("nan")))
         out.append({**{k: v for k, v in c.items() if k != "differences"}, "logprob": mean, "low": low,
-                    "high": high, "detectable": (high - low) / 2, "verdict": verdict})
-    return out, caption(decided)
+                    "high": high, "detectable": (high - low) / 2, "verdict": verdict, "primary": key == primary})
+    return out, " ".join(captions)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -225,8 +264,9 @@ def markdown(data: dict) -> str:
              f"`{data['command']}`: {minutes:.0f} min in all ({data['machine']}); each method's minutes, "
              "fine-tuning included, are in the table. A rerun reuses finished methods from runs/; this invocation "
              f"took {data['invocation_minutes']:.0f} min.\n",
-             f"**Fine-tuning**: BABILong-style qa1 samples of {setup['train_len']} tokens, {setup['steps']} steps of "
-             f"{setup['batch']} sample(s), LoRA rank {LORA} (alpha {2 * LORA}) on q, k, v and o, merged into the "
+             f"**Fine-tuning**: BABILong-style qa1 samples of {setup['train_len']} tokens, {setup['batch']} "
+             f"sample(s) a step, {fit_plan(setup)}, LoRA rank {LORA} (alpha {2 * LORA}) on q, k, v and o, merged "
+             "into the "
              f"weights after training, AdamW lr {LR:g}, float32 (bfloat16 on a GPU), the same samples in the same "
              "order for every method; loss on the answer tokens only. YaRN "
              f"x{data['factor']:g} over the model's own context of {context} tokens. Randomized positions: sorted "
@@ -241,7 +281,8 @@ def markdown(data: dict) -> str:
              "prompt (chance 1/6). *log p*: log-probability of the answer, mean ± the half-width of its 95 % "
              "t-interval.\n",
              "| method | " + " | ".join(f"{n} tokens: exact / top-1 / log p" for n in lengths)
-             + " | training loss, first → last tenth | minutes |", "|---|" + "---|" * len(lengths) + "---|---:|"]
+             + " | fit checks (step: exact) | training loss, first → last tenth | minutes |",
+             "|---|" + "---|" * len(lengths) + "---|---|---:|"]
     for method, result in results.items():
         cells = []
         for n in lengths:
@@ -249,32 +290,68 @@ def markdown(data: dict) -> str:
             cells.append("" if r is None else f"{r['accuracy']:.2f} [{r['low']:.2f}, {r['high']:.2f}] / "
                          f"{r.get('top1', float('nan')):.2f} / {r['logprob']:.2f} ± "
                          f"{r['logprob_high'] - r['logprob']:.2f}")
-        loss = result["training_loss"]
+        loss, fit = result["training_loss"], result.get("fit")
         loss = f"{loss['first']:.2f} → {loss['last']:.2f}" if loss else "—"
-        lines.append(f"| {method} | " + " | ".join(cells) + f" | {loss} | {result['minutes']:.1f} |")
+        checks = "—" if not fit else ", ".join(f"{k}: {a:.2f}" for k, a in fit["checks"]) + (
+            "" if fit["steps_to_fit"] else " (did not fit)")
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {checks} | {loss} | {result['minutes']:.1f} |")
     lines += ["", "Methods: " + "; ".join(f"`{m}`: {LABELS[m]}" for m in results) + ".", ""]
     lines += comparisons_section(data)
     lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
     return "\n".join(lines) + "\n"
 
 
+def fit_plan(setup: dict) -> str:
+    if "fit_every" not in setup:  # results of the design before the fit check
+        return f"{setup['steps']} steps with no fit check (the design before this one)"
+    return (f"until greedy exact match on {finetune.FIT_PROMPTS} held-out prompts at {setup['train_len']} tokens "
+            f"reaches {FIT_BAR} (the fit bar, fixed before the run; checked every {setup['fit_every']} steps), at "
+            f"most {setup['steps']} steps")
+
+
 def comparisons_section(data: dict) -> list[str]:
-    """Every comparison at every length, with the rule it is decided by."""
+    """Every comparison at every length, with the rule it is decided by; then what the primary one would cost."""
     setup, context = data["settings"], data["context"]
     lines = [f"## Comparisons at every length, prompt by prompt (the model's own context: {context} tokens)", "",
-              "The rule: a comparison is reproduced when the interval of the prompt-paired difference in the "
-              "answer's log-probability lies above 0, reversed when it lies below 0, undecided otherwise; every "
-              "comparison of the table is one family (Holm), and a comparison whose fine-tune did not fit (exact "
-              f"match at {setup['train_len']} tokens, its fine-tuning length, >= {FIT_BAR}) is undecided (models "
-              "did not fit). *detectable*: the interval's half-width, the smallest mean difference in log p that "
-              "these prompts could tell from 0. One fine-tuning seed: no fine-tuning-seed variance is in these "
-              "intervals.", "", data["caption"], "",
-              "| better − worse | tokens | prompts | log p difference [adjusted t] | detectable | top-1 difference | "
-              "exact difference | verdict |", "|---|---:|---:|---:|---:|---:|---:|---|"]
-    lines += [f"| {c['better']} − {c['worse']} | {c['length']} | {c['prompts']} | {c['logprob']:+.2f} "
-              + (f"[{c['low']:+.2f}, {c['high']:+.2f}] | {c['detectable']:.2f}" if c["low"] == c["low"] else "| —")
-              + f" | {c['top1']:+.2f} | {c['exact']:+.2f} | **{c['verdict']}** |" for c in data["comparisons"]]
-    return lines
+             "The rule: each prompt's difference in the answer's log-probability is averaged over the fine-tuning "
+             "seed pairs (seed k against seed k: the same training samples); a comparison is reproduced when the "
+             "adjusted t-interval over prompts lies above 0 and every seed pair's mean difference is above 0, "
+             "reversed when both lie below, undecided (seeds disagree) when the interval excludes 0 but a seed pair "
+             "does not agree, undecided otherwise. Primary (named before the run): "
+             f"{PRIMARY[0]} − {PRIMARY[1]} at the longest length, a family of its own; the rest are exploratory, one "
+             "family (Holm). A comparison with a fine-tune that did not reach the fit bar (exact match >= "
+             f"{FIT_BAR} on held-out prompts at {setup['train_len']} tokens, its fine-tuning length) is undecided "
+             "(models did not fit). *detectable*: the interval's half-width, the smallest mean difference in log p "
+             "these prompts could tell from 0. Exact match is reported beside log p; a verdict it contradicts says so.",
+             "", data["caption"], "",
+             "| better − worse | tokens | prompts | log p difference [adjusted t] | per seed pair | detectable | "
+             "top-1 difference | exact difference | verdict |", "|---|---:|---:|---:|---|---:|---:|---:|---|"]
+    for c in data["comparisons"]:
+        interval = f"[{c['low']:+.2f}, {c['high']:+.2f}] | " if c["low"] == c["low"] else "| "
+        per_seed = ", ".join(f"{x:+.2f}" for x in c["per_seed"])
+        detect = f"{c['detectable']:.2f}" if c["low"] == c["low"] else "—"
+        name = f"**{c['better']} − {c['worse']}** (primary)" if c["primary"] else f"{c['better']} − {c['worse']}"
+        lines.append(f"| {name} | {c['length']} | {c['prompts']} | {c['logprob']:+.2f} {interval}{per_seed} | "
+                     f"{detect} | {c['top1']:+.2f} | {c['exact']:+.2f} | **{c['verdict']}** |")
+    return lines + [""] + primary_cost(data)
+
+
+def primary_cost(data: dict) -> list[str]:
+    """What deciding the primary comparison would take, when these prompts did not: the prompts that would make
+    the interval's half-width as small as the observed mean difference (the half-width shrinks as 1 / sqrt(n)),
+    and their cost on this machine from the measured seconds per prompt of the models compared."""
+    c = next((c for c in data["comparisons"] if c["primary"]), None)
+    if c is None or c["verdict"].startswith(("reproduced", "reversed")) or not c["low"] == c["low"]:
+        return []
+    runs = [m for pair in c["pairs"] for m in pair]
+    per_prompt = [r["seconds"] / r["samples"] for m in runs for r in data["results"][m]["rows"]
+                  if r["length"] == c["length"] and "seconds" in r]
+    needed = c["prompts"] * (c["detectable"] / max(abs(c["logprob"]), 1e-9)) ** 2
+    cost = f", about {needed * sum(per_prompt) / 3600:,.1f} CPU hours of scoring here" if per_prompt else ""
+    return [f"The primary comparison is {c['verdict']}: {c['prompts']} prompts tell {c['detectable']:.2f} from 0, "
+            f"and the mean difference is {c['logprob']:+.2f}. To tell a difference that size would take about "
+            f"{needed:,.0f} prompts at {c['length']} tokens on each of {', '.join(runs)}{cost}; "
+            "`python eval.py --experiment llm --full` on a GPU is the command that decides it."]
 
 
 def summary(data: dict) -> str:
@@ -364,7 +441,7 @@ def run(args) -> None:
             "machine": f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads" if args.device == "cpu"
             else args.device, "invocation_minutes": (time.perf_counter() - start) / 60, "results": results,
             }
-    data["comparisons"], data["caption"] = comparisons(results, list(setup["samples"]), setup["train_len"])
+    data["comparisons"], data["caption"] = comparisons(results, list(setup["samples"]))
     write_results("llm", markdown(data), data, figure(data), args.out_dir)
 
 
@@ -372,5 +449,5 @@ def render(data: dict):
     """The results decided again from their numbers under the current rule (eval.py --render)."""
     data = dict(data)
     lengths = [int(n) for n in data["settings"]["samples"]]
-    data["comparisons"], data["caption"] = comparisons(data["results"], lengths, data["settings"]["train_len"])
+    data["comparisons"], data["caption"] = comparisons(data["results"], lengths)
     return data, markdown(data), figure(data)

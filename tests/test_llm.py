@@ -287,50 +287,89 @@ def test_score_prompt_equals_a_full_forward_and_generate(tiny_llm):
     assert score["rank"] == 1 + sum(float(o > right) for o in others) + 0.5 * sum(float(o == right) for o in others)
 
 
+FITTED = {"bar": 0.9, "every": 100, "checks": [[100, 0.94]], "steps_to_fit": 100}
+
+
+def scored(logprobs, exact=0.95, lengths=(100,), fit=FITTED):
+    """A method's results as run_method returns them: `exact` of the prompts right, the first ones."""
+    right = [i < round(exact * len(logprobs)) for i in range(len(logprobs))]
+    return {"fit": fit, "rows": [{"length": n, "accuracy": exact, "prompts": [
+        {"logprob": v, "rank": 2, "right": r} for v, r in zip(logprobs, right)]} for n in lengths]}
+
+
 def test_llm_comparison_is_prompt_paired():
     """Bug caught: comparing methods on their means alone (unpaired), or with the sign of better - worse
     flipped: the verdict must follow the per-prompt differences, with a t-interval (4 prompts: 3.18 standard
-    errors, not 1.96, for a table of one comparison)."""
+    errors, not 1.96, for a table of one comparison); exact match contradicting it said beside it; and a
+    fine-tune whose fit check never reached the bar (fit.json's steps_to_fit None) decides nothing."""
     from experiments import llm
 
-    def method(logprobs, exact=0.95):
-        return {"rows": [{"length": 100, "accuracy": exact, "prompts": [{"logprob": v, "rank": 2} for v in logprobs]}]}
-
-    results = {"a": method([-5.0, -3.0, -8.0, -1.0]), "b": method([-6.0, -4.0, -9.0, -2.5])}
+    results = {"a": scored([-5.0, -3.0, -8.0, -1.0]), "b": scored([-6.0, -4.0, -9.0, -2.5])}
     pair = llm.paired(results, "a", "b", 100)
-    assert pair["differences"] == [1.0, 1.0, 1.0, 1.5]
+    assert pair["differences"] == [1.0, 1.0, 1.0, 1.5] and pair["per_seed"] == [1.125]
     llm.COMPARISONS, saved = [("a", "b")], llm.COMPARISONS
     try:
-        (holds,), _ = llm.comparisons(results, [100], train_len=100)
+        (holds,), _ = llm.comparisons(results, [100])
         assert holds["logprob"] == pytest.approx(1.125) and holds["verdict"] == "reproduced"
         assert holds["detectable"] == pytest.approx(3.182 * 0.25 / 2, rel=1e-3)  # sd of (1, 1, 1, 1.5) is 0.25
         llm.COMPARISONS = [("b", "a")]
-        assert llm.comparisons(results, [100], train_len=100)[0][0]["verdict"] == "reversed"
-        results["a"]["rows"][0]["accuracy"] = 0.9  # exact match lower for the better one: said beside the verdict
+        assert llm.comparisons(results, [100])[0][0]["verdict"] == "reversed"
+        results["a"] = scored([-5.0, -3.0, -8.0, -1.0], exact=0.5)  # exact match lower for the better one
         llm.COMPARISONS = [("a", "b")]
-        assert llm.comparisons(results, [100], train_len=100)[0][0]["verdict"] == "reproduced (exact match disagrees)"
-        results["a"] = method([-5.0, -3.0, -8.0, -1.0], exact=0.5)  # under the fit bar at its training length
-        assert llm.comparisons(results, [100], train_len=100)[0][0]["verdict"] == "undecided (models did not fit)"
+        assert llm.comparisons(results, [100])[0][0]["verdict"] == "reproduced (exact match disagrees)"
+        results["a"]["fit"] = {**FITTED, "steps_to_fit": None}  # its fit check never reached the bar
+        assert llm.comparisons(results, [100])[0][0]["verdict"] == "undecided (models did not fit)"
+        del results["a"]["fit"]  # scores from before the fit check: not shown to fit
+        assert llm.comparisons(results, [100])[0][0]["verdict"] == "undecided (models did not fit)"
     finally:
         llm.COMPARISONS = saved
 
 
-def test_llm_comparisons_at_every_length_are_one_family():
+def test_llm_seeds_pair_seed_with_seed_and_must_agree():
+    """Bug caught: a method's second fine-tuning seed left out, paired with the other method's other seed (not
+    the one trained on the same samples), or a verdict standing when one seed pair points the other way.
+    Seed 0: ryarn is 1.0 above yarn on every prompt; seed 1: 0.2 above yarn-s1 (averaged per prompt: 0.6), or
+    0.2 below it, where the averaged interval still lies above 0 but the seeds disagree."""
+    from experiments import llm
+
+    base = [-5.0, -3.0, -8.0, -1.0, -4.0]
+    results = {"ryarn": scored([v + 1.0 for v in base]), "yarn": scored(base),
+               "ryarn-s1": scored([v + 0.2 + 0.01 * i for i, v in enumerate(base)]), "yarn-s1": scored(base)}
+    pair = llm.paired(results, "ryarn", "yarn", 100)
+    assert pair["pairs"] == [["ryarn", "yarn"], ["ryarn-s1", "yarn-s1"]]
+    assert pair["per_seed"] == pytest.approx([1.0, 0.22])
+    assert pair["differences"] == pytest.approx([0.6 + 0.005 * i for i in range(5)])
+    llm.COMPARISONS, saved = [("ryarn", "yarn")], llm.COMPARISONS
+    try:
+        assert llm.comparisons(results, [100])[0][0]["verdict"] == "reproduced"
+        results["ryarn-s1"] = scored([v - 0.2 + 0.01 * i for i, v in enumerate(base)])
+        (row,), _ = llm.comparisons(results, [100])
+        assert row["low"] > 0 and row["verdict"] == "undecided (seeds disagree)"
+        # a model without seeds (base+yarn) is compared with each seed of the other
+        results["base+yarn"] = scored(base, fit=None)
+        assert llm.paired(results, "ryarn", "base+yarn", 100)["pairs"] == [["ryarn", "base+yarn"],
+                                                                          ["ryarn-s1", "base+yarn"]]
+    finally:
+        llm.COMPARISONS = saved
+
+
+def test_llm_primary_comparison_is_its_own_family():
     """Bug caught: comparisons made beyond the model's context only (at 512 tokens a reversed difference went
-    unreported), a pair left out where both of its methods were run, or each comparison tested alone (20
-    unadjusted tests at 0.05)."""
+    unreported), a pair left out where both of its methods were run, each comparison tested alone (20
+    unadjusted tests at 0.05), or the primary comparison (ryarn - yarn at the longest length) adjusted with the
+    exploratory ones rather than named before the run as a family of its own."""
     from experiments import llm
 
     def method(shift):
-        return {"rows": [{"length": n, "accuracy": 0.95, "prompts": [{"logprob": -2.0 + shift + 0.1 * i, "rank": 1}
-                                                                   for i in range(5)]} for n in (512, 2048, 10240)]}
+        return scored([-2.0 + shift + 0.1 * i for i in range(5)], lengths=(512, 2048, 10240))
 
     results = {"ryarn": method(-1.0), "yarn": method(0.0), "ft": method(0.5)}
-    rows, caption = llm.comparisons(results, [512, 2048, 10240], train_len=512)
+    rows, caption = llm.comparisons(results, [512, 2048, 10240])
     assert {(c["better"], c["worse"], c["length"]) for c in rows} == {
         (b, w, n) for b, w in [("ryarn", "yarn"), ("ryarn", "ft"), ("yarn", "ft")] for n in (512, 2048, 10240)}
     assert {c["verdict"] for c in rows} == {"reversed"}  # every difference is constant and negative
-    assert "One family of 9 comparison(s)" in caption
+    assert [(c["better"], c["worse"], c["length"]) for c in rows if c["primary"]] == [("ryarn", "yarn", 10240)]
+    assert "Primary: One family of 1 comparison(s)" in caption and "Exploratory: One family of 8" in caption
 
 
 def test_llm_scores_are_reused_only_for_the_model_they_measured(tmp_path):

@@ -178,3 +178,58 @@ def test_a_later_sample_too_long_for_train_len_is_one_line(sharp_llm, tmp_path, 
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--train-len 120: step 3:" in err, err
     assert os.listdir(tmp_path) == []
+
+
+def test_the_fit_check_scores_held_out_prompts_and_stops_at_the_bar(sharp_llm, tmp_path, monkeypatch):
+    """Bug caught: the LLM fit check (--fit-bar) scoring training samples or the test prompts instead of its own,
+    at another length, in train mode (dropout on), not stopping once the bar is reached, going on in eval mode,
+    or fit.json not saying when. The scorer is replaced by one that records what it is asked and answers right
+    on a planned share of the prompts: half at the first check, all at the second (bar 0.9), so training must
+    stop at step 4 of 10, with two checks."""
+    import finetune
+    asked, modes = [], []
+    right = iter([i < finetune.FIT_PROMPTS // 2 for i in range(finetune.FIT_PROMPTS)] + [True] * finetune.FIT_PROMPTS)
+
+    def scorer(model, tokenizer, prompt, answer, candidates=(), device="cpu", bf16=False):
+        asked.append((prompt, answer))
+        modes.append(model.training)
+        return {"right": next(right), "said": "", "rank": None, "logprob": 0.0}
+
+    monkeypatch.setattr(hf, "score_prompt", scorer)
+    trained = []
+    out = str(tmp_path / "run")
+    train.run(["--llm", sharp_llm, "--task", "passkey", "--method", "ft", "--train-len", "128", "--steps", "10",
+               "--fit-bar", "0.9", "--fit-every", "2", "--threads", "1", "--quiet", "--out", out],
+              on_step=lambda step, ids, positions: trained.append(step))
+    assert trained == [0, 1, 2, 3]  # stopped after the check at step 4
+    fit = json.load(open(os.path.join(out, "fit.json")))
+    assert fit == {"bar": 0.9, "every": 2, "checks": [[2, 0.5], [4, 1.0]], "steps_to_fit": 4}
+    tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(sharp_llm)
+    held_out = [hf.text_sample(tokenizer, "passkey", 128, finetune.FIT_SEED + i, {})
+                for i in range(finetune.FIT_PROMPTS)]
+    assert asked == held_out * 2 and not any(modes)
+    test_prompts = {hf.text_sample(tokenizer, "passkey", 128, 10 ** 9 + i, {}) for i in range(finetune.FIT_PROMPTS)}
+    assert not test_prompts & set(held_out)
+    log = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))]
+    assert [r["fit_accuracy"] for r in log if "fit_accuracy" in r] == [0.5, 1.0]
+    assert [r["step"] for r in log if "loss" in r] == [1, 2, 3, 4]
+
+
+def test_the_fit_check_trains_on_in_train_mode_between_checks(sharp_llm, tmp_path, monkeypatch):
+    """Bug caught: the fit check leaving the model in eval mode, so the steps after it train without dropout (and
+    whatever else a module does only in training); and fit.json saying nothing of a run that never fitted."""
+    import finetune
+    monkeypatch.setattr(hf, "score_prompt", lambda *a, **k: {"right": False})
+    seen = []
+    real = finetune.take_step
+
+    def take_step(model, *args, **kwargs):
+        seen.append(model.training)
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(finetune, "take_step", take_step)
+    train.run(["--llm", sharp_llm, "--task", "passkey", "--method", "ft", "--train-len", "128", "--steps", "3",
+               "--fit-bar", "0.9", "--fit-every", "1", "--threads", "1", "--quiet", "--out", str(tmp_path / "run")])
+    assert seen == [True, True, True]
+    fit = json.load(open(os.path.join(str(tmp_path / "run"), "fit.json")))
+    assert fit["checks"] == [[1, 0.0], [2, 0.0], [3, 0.0]] and fit["steps_to_fit"] is None
