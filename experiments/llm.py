@@ -431,7 +431,8 @@ def run(args) -> None:
     for method in setup["methods"]:
         if (result := cached(method, setup, root)) is not None:
             results[method] = result
-    todo = [m for m in setup["methods"] if m not in results]
+    # the fine-tunes first: they take longest, and whether they fit is what the run must learn first
+    todo = sorted((m for m in setup["methods"] if m not in results), key=lambda m: m.startswith("base"))
     # methods are independent: with --jobs N each worker process runs whole methods, one torch thread each
     for method, result in zip(todo, map_jobs(method_worker, [(m, setup, root, args) for m in todo], args.jobs,
                                              args.threads or 1)):
