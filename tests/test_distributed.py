@@ -33,7 +33,7 @@ def torchrun(processes: int, script: str, *args: str) -> None:
 
 
 def logged(run: str, key: str) -> list[float]:
-    return [json.loads(line)[key] for line in open(os.path.join(run, "log.jsonl"))]
+    return [row[key] for row in map(json.loads, open(os.path.join(run, "log.jsonl"))) if key in row]
 
 
 def weights(folder: str) -> dict:
@@ -57,7 +57,8 @@ def one_process(sharp_llm, tmp_path_factory):
     return runs
 
 
-@pytest.mark.parametrize("split", [["--batch", "2"], ["--batch", "1", "--grad-accum", "2", "--fsdp"],
+@pytest.mark.parametrize("split", [["--batch", "2"], ["--batch", "1", "--grad-accum", "2", "--fsdp", "--fit-bar", "1",
+                                                     "--fit-every", "2"],
                                    ["--batch", "2", "--lora", "4"]], ids=["ddp", "fsdp2-accumulating", "ddp-lora"])
 def test_two_processes_train_what_one_process_trains(sharp_llm, one_process, tmp_path, split):
     """Bug caught: processes drawing the same samples (the seed from the step and local index alone), or one
@@ -66,7 +67,8 @@ def test_two_processes_train_what_one_process_trains(sharp_llm, one_process, tmp
     accumulation), a log written from rank 0's samples alone, a saved model that is rank 0's shard, not the
     whole model gathered, or LoRA's adapters left out of the saved model (not merged after DDP). 2
     processes x the split must log the same loss at every step and save the same weights, which plain Hugging
-    Face reloads, as one process with --batch 4."""
+    Face reloads, as one process with --batch 4; under FSDP2 with the fit check (--fit-bar) too, which must
+    run on the sharded model and change nothing of the training."""
     if "--lora" in split:
         pytest.importorskip("peft")
     out = str(tmp_path / "split")
@@ -85,6 +87,9 @@ def test_two_processes_train_what_one_process_trains(sharp_llm, one_process, tmp
     assert max(float((reference[n] - base[n]).abs().max()) for n in reference) > 1e-4
     config = json.load(open(os.path.join(out, "config.json")))
     assert (config["processes"], config["global_batch"]) == (2, 4)
+    if "--fit-bar" in split:  # the fit check ran on the sharded model (every process forwards the prompts together)
+        fit = json.load(open(os.path.join(out, "fit.json")))  # and, as the equalities above show, changed no step
+        assert [step for step, _ in fit["checks"]] == [2, 3] and fit["steps_to_fit"] is None
 
 
 def test_two_processes_evaluate_what_one_process_evaluates(one_process, tmp_path):
