@@ -114,12 +114,12 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     if args.train_len[0] != args.train_len[1]:
         raise UsageError("--llm takes one --train-len N (tokens per training sample)")
     check_step_size(args)
+    if args.fit_every < 1:
+        raise UsageError("--fit-every must be >= 1")
     if args.fit_bar is not None and not 0 < args.fit_bar <= 1:
         raise UsageError(f"--fit-bar {args.fit_bar:g}: an exact-match rate in (0, 1]")
     if args.fit_bar is None and args.fit_every != parser.get_default("fit_every"):
         raise UsageError(f"--fit-every {args.fit_every} sets how often the fit check runs: give --fit-bar with it")
-    if args.fit_every < 1:
-        raise UsageError("--fit-every must be >= 1")
     cfg["out"] = args.out or os.path.join("runs", f"llm-{cfg['method']}-s{args.seed}")
     return cfg
 
@@ -218,15 +218,17 @@ FIT_SEED, FIT_PROMPTS = 2 * 10 ** 9, 32
 
 
 def fit_accuracy(model, tokenizer, cfg: dict, device) -> float:
-    """Exact match on the FIT_PROMPTS prompts, contiguous positions, the model in eval mode for the while. Every
-    process scores every prompt (under FSDP2 their forwards gather the shards together)."""
+    """Exact match on the FIT_PROMPTS prompts, contiguous positions, the model in eval mode for the while, with
+    the numerics it trains with (bfloat16 autocast on CUDA and with --bf16). Every process scores every prompt
+    (under FSDP2 their forwards gather the shards together)."""
     model.eval()
     right = 0
     with torch.no_grad():
         for i in range(FIT_PROMPTS):
             prompt, answer = hf.text_sample(tokenizer, cfg["task"], cfg["train_len"][1], FIT_SEED + i,
                                             cfg["task_options"])
-            right += hf.score_prompt(model, tokenizer, prompt, answer, (), device, bf16=cfg["bf16"])["right"]
+            right += hf.score_prompt(model, tokenizer, prompt, answer, (), device,
+                                     bf16=cfg["bf16"] or torch.device(device).type == "cuda")["right"]
     model.train()
     return right / FIT_PROMPTS
 

@@ -3,7 +3,8 @@ BABILong-style samples with each method, measured inside its fine-tuning length 
 
     python eval.py --experiment llm            # results/llm.{md,json,png}; --full is the GPU plan
 
-Every method fine-tunes the same model on the same samples in the same order (train.py --llm), then every
+Every method fine-tunes the same model on the same samples in the same order for as many steps (train.py --llm;
+a second fine-tuning seed draws other samples), then every
 model answers the same prompts. Each prompt is scored three ways from one pass over it (hf.score_prompt):
 greedy exact match; the rank of the right place among bAbI's six places, read from the next-token
 distribution after the prompt; and the log-probability of the answer. The last two see a model getting
@@ -42,19 +43,20 @@ from runs import UsageError, read_fit, save_atomic
 # fine-tuning length. SmolLM2's context is 8K and fine-tuning uses 512 tokens, so 4K is that regime's cheap
 # analogue, 10K the one beyond the model's context. Measured on one CPU thread (float32), a prompt takes 2.9 s at
 # 512 tokens, 28 s at 4K and about 90 s at 10K; a fine-tuning step at 512 tokens 5.4 s.
-# Fit first: a fine-tune trains until greedy exact match on finetune.FIT_PROMPTS held-out prompts at its
-# fine-tuning length reaches common.FIT_BAR (checked every `fit_every` steps), for at most `steps` steps; one
-# that does not is "did not fit", and no comparison with it is decided. Two fine-tuning seeds for ft, yarn and
-# ryarn: a verdict needs the same sign on both. The default leaves out the base model as it is (not one of
+# Fit first: every fine-tune trains the same `steps` steps (the same samples in the same order for one seed, the
+# whole curriculum and learning-rate schedule: training equal for every method), and then greedy exact match on
+# finetune.FIT_PROMPTS held-out prompts at its fine-tuning length must reach common.FIT_BAR (one fit check, at
+# the last step); one that does not is "did not fit", and no comparison with it is decided. Two fine-tuning
+# seeds for ft, yarn and ryarn: a verdict needs the same sign on both. The default leaves out the base model as it is (not one of
 # Paper R's comparisons), rpe and the curriculum's ablation (which the small-GPT experiment replicates on eight
 # pretrained bases); --full runs them all.
 MODELS = ["base", "base+yarn", "ft", "yarn", "ryarn", "rpe", "ryarn-nocurr", "ft-s1", "yarn-s1", "ryarn-s1"]
 SCALES = {
-    "quick": dict(methods=["base", "ft", "ryarn"], train_len=192, steps=2, fit_every=2, batch=1,
+    "quick": dict(methods=["base", "ft", "ryarn"], train_len=192, steps=2, fit_bar=FIT_BAR, batch=1,
                   samples={256: 3, 512: 2}),
     "default": dict(methods=["base+yarn", "ft", "ryarn", "yarn", "ft-s1", "ryarn-s1", "yarn-s1"], train_len=512,
-                    steps=400, fit_every=100, batch=1, samples={512: 32, 4096: 16, 10240: 12}),
-    "full": dict(methods=MODELS, train_len=4096, steps=1000, fit_every=100, batch=8,
+                    steps=400, fit_bar=FIT_BAR, batch=1, samples={512: 32, 4096: 16, 10240: 12}),
+    "full": dict(methods=MODELS, train_len=4096, steps=400, fit_bar=FIT_BAR, batch=8,
                  samples={4096: 100, 8192: 100, 16384: 50, 32768: 50, 65536: 50}),
 }
 # The primary comparison, named before the run: does randomizing the positions add to trained YaRN, at the
@@ -91,7 +93,7 @@ def fine_tune_argv(method: str, setup: dict, root: str, args) -> list[str]:
     name, _, seed = method.partition("-s")
     argv = ["--llm", "smollm2", "--method", name.removesuffix("-nocurr"), "--seed", seed or "0",
             "--train-len", str(setup["train_len"]),
-            "--steps", str(setup["steps"]), "--fit-bar", str(FIT_BAR), "--fit-every", str(setup["fit_every"]),
+            "--steps", str(setup["steps"]), "--fit-bar", str(setup["fit_bar"]), "--fit-every", str(setup["steps"]),
             "--batch", str(setup["batch"]), "--task", TASK, "--facts",
             str(OPTIONS["facts"]), "--lora", str(LORA), "--lr", str(LR), "--device", args.device,
             "--out", os.path.join(root, method), "--force", "--quiet"]
@@ -180,18 +182,30 @@ COMPARISONS = [PRIMARY, ("ryarn", "ft"), ("ryarn", "rpe"), ("ryarn", "base+yarn"
                ("yarn", "ft"), ("yarn", "base+yarn"), ("ft", "base")]
 
 
-def seeds(results: dict, method: str) -> list[str]:
-    """The runs of a method in the results: the method itself, then its other fine-tuning seeds."""
-    return sorted((m for m in results if m == method or m.startswith(method + "-s")), key=lambda m: (m != method, m))
+def seeds(results: dict, method: str) -> dict[int, str]:
+    """The runs of a method in the results by fine-tuning seed: {0: "ryarn", 1: "ryarn-s1", ...}."""
+    runs = {0: method} if method in results else {}
+    return runs | {int(m.removeprefix(method + "-s")): m for m in results
+                   if m.startswith(method + "-s") and m.removeprefix(method + "-s").isdigit()}
+
+
+def seed_pairs(results: dict, better: str, worse: str) -> list[tuple[str, str]]:
+    """(better's run, worse's run) for each seed both ran; each of one's seeds with the pretrained model."""
+    ours, theirs = seeds(results, better), seeds(results, worse)
+    if worse in ("base", "base+yarn"):
+        return [(ours[k], theirs[0]) for k in sorted(ours) if theirs]
+    if better in ("base", "base+yarn"):
+        return [(ours[0], theirs[k]) for k in sorted(theirs) if ours]
+    return [(ours[k], theirs[k]) for k in sorted(ours.keys() & theirs.keys())]
 
 
 def paired(results: dict, better: str, worse: str, length: int) -> dict:
     """better - worse, prompt by prompt (every model answers the same prompts), seed k of one against seed k
-    of the other (the same training samples), or each seed against a model that has no seeds. `differences`:
-    per prompt, the log p difference averaged over the seed pairs (what comparisons() decides on); `per_seed`:
-    each pair's mean log p difference; top-1 and exact match differences averaged over pairs."""
-    ours, theirs = seeds(results, better), seeds(results, worse)
-    pairs = list(zip(ours, theirs)) if len(theirs) > 1 else [(m, theirs[0]) for m in ours]
+    of the other (the same training samples; seeds only one of them ran are left out), or each seed against
+    the pretrained model (base, base+yarn: no seeds). `differences`: per prompt, the log p difference averaged
+    over the seed pairs (what comparisons() decides on); `per_seed`: each pair's mean log p difference; top-1
+    and exact match differences averaged over pairs and prompts."""
+    pairs = seed_pairs(results, better, worse)
 
     def prompts(method):
         return next(r for r in results[method]["rows"] if r["length"] == length)["prompts"]
@@ -227,7 +241,7 @@ def comparisons(results: dict, lengths: list[int]) -> tuple[list[dict], str]:
     the primary comparison at the longest length alone, and the rest together (Holm). `detectable`: the
     adjusted interval's half-width. A verdict that exact match contradicts (the other sign) says so."""
     table = {f"{b} - {w} at {n}": paired(results, b, w, n) for b, w in COMPARISONS
-             if seeds(results, b) and seeds(results, w) for n in lengths}
+             if seed_pairs(results, b, w) for n in lengths}
     primary = f"{PRIMARY[0]} - {PRIMARY[1]} at {lengths[-1]}"
     fit = {k: all(fitted(results, m) for pair in c["pairs"] for m in pair) for k, c in table.items()}
     decided, captions = {}, []
@@ -291,9 +305,12 @@ def markdown(data: dict) -> str:
                          f"{r.get('top1', float('nan')):.2f} / {r['logprob']:.2f} ± "
                          f"{r['logprob_high'] - r['logprob']:.2f}")
         loss, fit = result["training_loss"], result.get("fit")
+        if fit:
+            checks = ", ".join(f"{k}: {a:.2f}" for k, a in fit["checks"]) + ("" if fit["steps_to_fit"] else
+                                                                             " (did not fit)")
+        else:  # the pretrained model, or a fine-tune of the design before the fit check
+            checks = "no fit check (an older design)" if loss else "—"
         loss = f"{loss['first']:.2f} → {loss['last']:.2f}" if loss else "—"
-        checks = "—" if not fit else ", ".join(f"{k}: {a:.2f}" for k, a in fit["checks"]) + (
-            "" if fit["steps_to_fit"] else " (did not fit)")
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {checks} | {loss} | {result['minutes']:.1f} |")
     lines += ["", "Methods: " + "; ".join(f"`{m}`: {LABELS[m]}" for m in results) + ".", ""]
     lines += comparisons_section(data)
@@ -302,11 +319,11 @@ def markdown(data: dict) -> str:
 
 
 def fit_plan(setup: dict) -> str:
-    if "fit_every" not in setup:  # results of the design before the fit check
+    if "fit_bar" not in setup:  # results of the design before the fit check
         return f"{setup['steps']} steps with no fit check (the design before this one)"
-    return (f"until greedy exact match on {finetune.FIT_PROMPTS} held-out prompts at {setup['train_len']} tokens "
-            f"reaches {FIT_BAR} (the fit bar, fixed before the run; checked every {setup['fit_every']} steps), at "
-            f"most {setup['steps']} steps")
+    return (f"{setup['steps']} steps for every method, then one fit check: greedy exact match on "
+            f"{finetune.FIT_PROMPTS} held-out prompts at {setup['train_len']} tokens must reach {setup['fit_bar']} "
+            "(the fit bar, fixed before the run)")
 
 
 def comparisons_section(data: dict) -> list[str]:
@@ -337,21 +354,27 @@ def comparisons_section(data: dict) -> list[str]:
 
 
 def primary_cost(data: dict) -> list[str]:
-    """What deciding the primary comparison would take, when these prompts did not: the prompts that would make
-    the interval's half-width as small as the observed mean difference (the half-width shrinks as 1 / sqrt(n)),
-    and their cost on this machine from the measured seconds per prompt of the models compared."""
+    """What deciding the primary comparison would take, when its prompts did not: the prompts for 80 % power
+    to detect the observed mean difference at the observed spread (the half-width shrinks as 1 / sqrt(n); 80 %
+    power needs it at 1.96 / (1.96 + 0.84) of the mean, about 2.04x the prompts that bring it to the mean), and
+    their cost from the measured seconds per prompt of the runs compared."""
     c = next((c for c in data["comparisons"] if c["primary"]), None)
-    if c is None or c["verdict"].startswith(("reproduced", "reversed")) or not c["low"] == c["low"]:
+    if c is None or not c["low"] == c["low"] or not c["verdict"].startswith("undecided"):
         return []
-    runs = [m for pair in c["pairs"] for m in pair]
-    per_prompt = [r["seconds"] / r["samples"] for m in runs for r in data["results"][m]["rows"]
-                  if r["length"] == c["length"] and "seconds" in r]
-    needed = c["prompts"] * (c["detectable"] / max(abs(c["logprob"]), 1e-9)) ** 2
-    cost = f", about {needed * sum(per_prompt) / 3600:,.1f} CPU hours of scoring here" if per_prompt else ""
-    return [f"The primary comparison is {c['verdict']}: {c['prompts']} prompts tell {c['detectable']:.2f} from 0, "
-            f"and the mean difference is {c['logprob']:+.2f}. To tell a difference that size would take about "
-            f"{needed:,.0f} prompts at {c['length']} tokens on each of {', '.join(runs)}{cost}; "
-            "`python eval.py --experiment llm --full` on a GPU is the command that decides it."]
+    if c["verdict"] == "undecided (seeds disagree)":
+        return ["The primary comparison's seeds disagree: more fine-tuning seeds, not more prompts, would decide it."]
+    if abs(c["logprob"]) < 0.01 * c["detectable"]:
+        return [f"The primary comparison is undecided with a mean difference of {c['logprob']:+.2f}: no difference "
+                "to chase with more prompts."]
+    runs = list(dict.fromkeys(m for pair in c["pairs"] for m in pair))
+    rows = [r for m in runs for r in data["results"][m]["rows"] if r["length"] == c["length"]]
+    needed = 2.04 * c["prompts"] * (c["detectable"] / abs(c["logprob"])) ** 2
+    cost = (f", about {needed * sum(r['seconds'] / r['samples'] for r in rows) / 3600:,.1f} hours of scoring on "
+            f"this run's machine ({data['machine']})" if all("seconds" in r for r in rows) else "")
+    return [f"The primary comparison is undecided: {c['prompts']} prompts tell {c['detectable']:.2f} from 0, and the "
+            f"mean difference is {c['logprob']:+.2f}. Detecting a difference that size with 80 % power would take "
+            f"about {needed:,.0f} prompts at {c['length']} tokens on each of {', '.join(runs)}{cost}. `--full` (a "
+            "larger design, for a GPU) measures more prompts at longer lengths."]
 
 
 def summary(data: dict) -> str:
@@ -375,8 +398,8 @@ def comparisons_table(data: dict) -> str:
     for better, worse in (("ryarn", "yarn"), ("ryarn", "ft"), ("yarn", "ft"), ("ryarn", "base+yarn")):
         cells = []
         for c in (c for c in data["comparisons"] if (c["better"], c["worse"]) == (better, worse)):
-            if c["verdict"] == UNFIT:
-                cells.append(f"{c['logprob']:+.2f} †")
+            if c["verdict"] == UNFIT or not c["low"] == c["low"]:  # no verdict, or too few prompts for an interval
+                cells.append(f"{c['logprob']:+.2f} " + ("†" if c["verdict"] == UNFIT else short(c["verdict"])))
             else:
                 cells.append(f"{c['logprob']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}] {short(c['verdict'])}")
         if cells:

@@ -345,10 +345,13 @@ def test_llm_seeds_pair_seed_with_seed_and_must_agree():
         results["ryarn-s1"] = scored([v - 0.2 + 0.01 * i for i, v in enumerate(base)])
         (row,), _ = llm.comparisons(results, [100])
         assert row["low"] > 0 and row["verdict"] == "undecided (seeds disagree)"
-        # a model without seeds (base+yarn) is compared with each seed of the other
-        results["base+yarn"] = scored(base, fit=None)
-        assert llm.paired(results, "ryarn", "base+yarn", 100)["pairs"] == [["ryarn", "base+yarn"],
-                                                                          ["ryarn-s1", "base+yarn"]]
+        # the pretrained model (no seeds) is compared with each seed of the other; a fine-tune with one seed
+        # only with that seed of the other (not with seed 1, trained on other samples); seeds pair by number
+        results["base+yarn"], results["rpe"], results["yarn-s2"] = scored(base, fit=None), scored(base), scored(base)
+        assert llm.seed_pairs(results, "ryarn", "base+yarn") == [("ryarn", "base+yarn"), ("ryarn-s1", "base+yarn")]
+        assert llm.seed_pairs(results, "ryarn", "rpe") == [("ryarn", "rpe")]
+        assert llm.seed_pairs(results, "ryarn", "yarn") == [("ryarn", "yarn"), ("ryarn-s1", "yarn-s1")]
+        assert llm.seed_pairs(results, "ryarn-nocurr", "ryarn") == []  # not run: not compared
     finally:
         llm.COMPARISONS = saved
 
