@@ -21,6 +21,7 @@ rule; the markdown and the figure; run(args).
 """
 from __future__ import annotations
 
+import itertools
 import os
 import shlex
 import time
@@ -29,8 +30,8 @@ from tqdm import tqdm
 
 import tasks
 from eval import command_line, evaluate, load_run, plot_curves, scale_name
-from experiments.common import (FIT_BAR, THRESHOLD, beyond, caption, cpu_seconds, decide, fmt, line_styles, map_jobs,
-                                rerender, seed_curve, short, spread, train_once, write_results)
+from experiments.common import (FIT_BAR, THRESHOLD, UNFIT, beyond, caption, cpu_seconds, decide, fmt, line_styles,
+                                map_jobs, rerender, seed_curve, short, spread, train_once, write_results)
 from runs import read_fit
 
 # ---------------------------------------------------------------------------------------------------------
@@ -403,22 +404,30 @@ SHORT = {"ryarn > yarn beyond L": "ryarn > yarn", "ryarn > zero-shot+yarn beyond
          "zero-shot+yarn > ft beyond L": "zero-shot+yarn > ft", "zero-shot+yarn > rpe beyond L": "zero-shot+yarn > rpe"}
 
 
+def per_rate(by_rate: dict) -> str:
+    """A primary claim's verdicts along the grid, in a word each, runs of one counted: "reproduced, undecided x3,
+    unfit", lowest rate first (the rates and the full verdicts are in results/ryarn.md)."""
+    words = ["unfit" if x["verdict"] == UNFIT else short(x["verdict"]).split(" (")[0]
+             .replace(" than claimed", "") for x in by_rate.values()]
+    runs = [(w, len(list(run))) for w, run in itertools.groupby(words)]
+    return ", ".join(w if k == 1 else f"{w} x{k}" for w, k in runs)
+
+
 def summary(data: dict) -> str:
     """README.md's table: each claim, the bases it rests on (for a primary claim: at each rate of the grid),
     its mean [adjusted interval] and its verdict; the primary ones first, over the whole grid."""
-    rows = ["| claim (beyond L unless said; * primary: per rate) | bases measured | mean [adjusted interval] | "
+    rows = ["| claim (beyond L unless said; * primary) | bases measured | mean [adjusted interval] | "
             "verdict |", "|---|---|---|---|"]
     for name, r in data["claims"].items():
         if r["primary"]:
             counts = ", ".join(str(len(x["per_unit"])) for x in r["by_rate"].values())
-            verdicts = {short(x["verdict"]).split(" (")[0] for x in r["by_rate"].values()}
-            verdict = f"{verdicts.pop()} at every rate" if len(verdicts) == 1 else r["verdict"]
-            rows.append(f"| **{SHORT[name]}** * | {counts} | in results/ryarn.md | {verdict} |")
+            rows.append(f"| **{SHORT[name]}** * | {counts} | in results | {per_rate(r['by_rate'])} |")
             continue
         interval = f" [{r['low']:+.3f}, {r['high']:+.3f}]" if "low" in r else ""
         mean = f"{r['mean']:+.3f}{interval}" if "mean" in r else "-"
         rows.append(f"| {SHORT[name]} | {len(r['per_unit'])} | {mean} | {short(r['verdict'])} |")
-    return "\n".join(rows) + "\n"
+    rates = ", ".join(f"{lr:g}" for lr in data["settings"]["lrs"])
+    return "\n".join(rows) + f"\n\n\\* at each rate, {rates}, both sides at it; smaller: smaller than claimed.\n"
 
 
 def selection_section(data: dict) -> list[str]:
