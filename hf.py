@@ -319,4 +319,5 @@ def _score_prompt(model, tokenizer, prompt, answer, candidates, device, max_new_
 def _cache_keyword(model) -> str:
     """transformers 5.x renamed forward's past_key_values, and its output's, to cache (the old name warns, then goes
     away)."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # through a LoRA wrapper (peft)
+    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"

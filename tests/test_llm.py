@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -295,6 +296,20 @@ def scored(logprobs, exact=0.95, lengths=(100,), fit=FITTED):
     right = [i < round(exact * len(logprobs)) for i in range(len(logprobs))]
     return {"fit": fit, "rows": [{"length": n, "accuracy": exact, "prompts": [
         {"logprob": v, "rank": 2, "right": r} for v, r in zip(logprobs, right)]} for n in lengths]}
+
+
+def test_a_lora_wrapped_model_is_scored_without_deprecation_warnings(tiny_llm):
+    """Bug caught: the fit check of a LoRA fine-tune (a peft wrapper, whose forward takes **kwargs) passing its
+    KV cache by transformers' old keyword, which warns on every prompt and breaks --quiet; its scores must be
+    the unwrapped model's."""
+    peft = pytest.importorskip("peft")
+    model, tokenizer = hf.load_llm(tiny_llm)
+    prompt, answer = text_tasks.make_text_sample("babilong", 200, 3, lambda s: len(tokenizer(s).input_ids), facts=1)
+    plain = hf.score_prompt(model, tokenizer, prompt, answer)
+    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=["q_proj"]))  # adapters start at 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert hf.score_prompt(wrapped, tokenizer, prompt, answer) == pytest.approx(plain)
 
 
 def test_llm_comparison_is_prompt_paired():
