@@ -20,6 +20,7 @@ import json
 import math
 import os
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -179,8 +180,10 @@ def trainable(model, cfg: dict, device: str):
     torch.manual_seed(cfg["seed"])  # LoRA's initial weights, dropout
     if cfg["lora"]:
         import peft
-        model = peft.get_peft_model(model, peft.LoraConfig(r=cfg["lora"], lora_alpha=2 * cfg["lora"],
-                                                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+        with warnings.catch_warnings():  # peft reads transformers 5's deprecated is_gradient_checkpointing: not ours
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+            model = peft.get_peft_model(model, peft.LoraConfig(r=cfg["lora"], lora_alpha=2 * cfg["lora"],
+                                                               target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
     model = dist.wrap(model, cfg["fsdp"], device)
     return model, [p for p in model.parameters() if p.requires_grad]
 

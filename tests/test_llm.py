@@ -481,12 +481,17 @@ def test_models_that_cannot_be_evaluated_are_one_line(tiny_llm, tmp_path, capsys
         assert err.count("\n") == 1 and message in err, err
 
 
-def test_quiet_llm_fine_tune_writes_nothing(tiny_llm, tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--lora", "4", "--fit-bar", "0.5", "--fit-every", "1"]], ids=["full", "lora"])
+def test_quiet_llm_fine_tune_writes_nothing(tiny_llm, tmp_path, extra):
     """#35 item 25: train.py --llm --quiet drew transformers' "Writing model shards" bar; eval.py on an LLM
-    printed a deprecation warning of transformers 5 (the output's past_key_values, now `cache`)."""
+    printed a deprecation warning of transformers 5 (the output's past_key_values, now `cache`). With LoRA and
+    the fit check: peft's read of a deprecated transformers property, and the fit check's KV cache passed to
+    the peft wrapper by its old name, warned."""
+    if extra:
+        pytest.importorskip("peft")
     out = str(tmp_path / "run")
     result = cli("train.py", "--llm", tiny_llm, "--task", "passkey", "--method", "ryarn", "--train-len", "128",
-                 "--steps", "2", "--threads", "1", "--quiet", "--out", out)
+                 "--steps", "2", "--threads", "1", "--quiet", "--out", out, *extra)
     assert result.returncode == 0 and result.stdout == "" and result.stderr == "", result.stderr
     result = cli("eval.py", out, "--task", "passkey", "--lengths", "128", "--samples", "1", "--threads", "1")
     assert result.returncode == 0 and "deprecated" not in result.stderr, result.stderr
