@@ -30,8 +30,9 @@ import dist
 import hf
 import lengen
 import text_tasks
-from runs import (UsageError, build_folder, check_out, check_runtime, hold, learning_rate, open_log, physical_memory,
-                  prepare_run_dir, refuse_unused, save_atomic, set_learning_rate, swap_in, write_config)
+from runs import (UsageError, build_folder, check_fit_flags, check_out, check_runtime, fit_due, fit_record, hold,
+                  learning_rate, open_log, physical_memory, prepare_run_dir, record_fit, refuse_unused, save_atomic,
+                  set_learning_rate, swap_in, write_config)
 
 
 # Paper R's methods: (YaRN scaling, randomized positions). Evaluation always uses contiguous positions.
@@ -115,12 +116,7 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     if args.train_len[0] != args.train_len[1]:
         raise UsageError("--llm takes one --train-len N (tokens per training sample)")
     check_step_size(args)
-    if args.fit_every < 1:
-        raise UsageError("--fit-every must be >= 1")
-    if args.fit_bar is not None and not 0 < args.fit_bar <= 1:
-        raise UsageError(f"--fit-bar {args.fit_bar:g}: an exact-match rate in (0, 1]")
-    if args.fit_bar is None and args.fit_every != parser.get_default("fit_every"):
-        raise UsageError(f"--fit-every {args.fit_every} sets how often the fit check runs: give --fit-bar with it")
+    check_fit_flags(args, parser)
     cfg["out"] = args.out or os.path.join("runs", f"llm-{cfg['method']}-s{args.seed}")
     return cfg
 
@@ -236,6 +232,15 @@ def fit_accuracy(model, tokenizer, cfg: dict, device) -> float:
     return right / FIT_PROMPTS
 
 
+def check_fit(model, tokenizer, cfg: dict, fit: dict, step: int, device, log) -> None:
+    """With --fit-bar, every --fit-every steps and at the last: the fit check, recorded in fit and (rank 0, the
+    one with a log) in log.jsonl; fit["steps_to_fit"] is the step once the bar is reached."""
+    if fit_due(fit, step, cfg["steps"]):
+        row = record_fit(fit, step, fit_accuracy(dist.unwrap(model), tokenizer, cfg, device))
+        if log is not None:
+            log.write(json.dumps(row) + "\n")
+
+
 def train(cfg: dict, on_step=None):
     """Fine-tune a Hugging Face causal LM on short text-task samples with one of Paper R's methods; the loss
     is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in cfg['out'].
@@ -266,7 +271,7 @@ def train(cfg: dict, on_step=None):
     bar = tqdm(range(cfg["steps"]), disable=cfg["quiet"] or not lead, desc=os.path.basename(cfg["out"]))
     model.train()
     tick, tokens = time.perf_counter(), 0
-    fit = {"bar": cfg["fit_bar"], "every": cfg["fit_every"], "checks": [], "steps_to_fit": None}
+    fit = fit_record(cfg["fit_bar"], cfg["fit_every"])
     for step in bar:
         set_learning_rate(optimizer, learning_rate(step, cfg["lr"], cfg["warmup"], cfg["steps"]))
         max_position = curriculum(step) if curriculum else end
@@ -274,11 +279,7 @@ def train(cfg: dict, on_step=None):
         losses, highest, norm = take_step(model, params, optimizer, mine, device, cfg["bf16"], step, on_step)
         tokens += sum(ids.shape[1] for ids, _, _ in mine)
         loss_sum, all_tokens = dist.total([sum(losses), tokens])
-        if not math.isfinite(loss_sum):  # every process sees the same sum: all stop, and nothing is saved
-            error = UsageError(f"loss is {loss_sum} at step {step + 1}: training diverged (lower --lr); nothing "
-                               "was saved")
-            error.everywhere = True
-            raise error
+        check_finite(loss_sum, step + 1)
         rate = all_tokens / (time.perf_counter() - tick)
         row = {"step": step + 1, "loss": round(loss_sum / cfg["global_batch"], 5),
                "range": max_position if randomized else None, "max_position": int(dist.total([highest], "max")[0]),
@@ -286,17 +287,19 @@ def train(cfg: dict, on_step=None):
         if lead:
             log.write(json.dumps(row) + "\n")
         bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}")
-        if fit["bar"] and ((step + 1) % fit["every"] == 0 or step + 1 == cfg["steps"]):
-            accuracy = fit_accuracy(dist.unwrap(model), tokenizer, cfg, device)
-            fit["checks"].append([step + 1, round(accuracy, 4)])
-            if lead:
-                log.write(json.dumps({"step": step + 1, "fit_accuracy": round(accuracy, 4)}) + "\n")
-            if accuracy >= fit["bar"]:
-                fit["steps_to_fit"] = step + 1
-                break
-    if fit["bar"] and lead:
-        save_atomic(os.path.join(out, "fit.json"), lambda f: f.write(json.dumps(fit).encode()))
-    return save(model, tokenizer, cfg, out, log), tokenizer, cfg
+        check_fit(model, tokenizer, cfg, fit, step + 1, device, log)
+        if fit["steps_to_fit"]:
+            break
+    return save(model, tokenizer, cfg, out, log, fit), tokenizer, cfg
+
+
+def check_finite(loss_sum: float, step: int) -> None:
+    """A loss that is not finite ends the run: every process sees the same sum, so all stop, and nothing is
+    saved."""
+    if not math.isfinite(loss_sum):
+        error = UsageError(f"loss is {loss_sum} at step {step}: training diverged (lower --lr); nothing was saved")
+        error.everywhere = True
+        raise error
 
 
 def position_range(cfg: dict) -> tuple:
@@ -336,15 +339,18 @@ def take_step(model, params, optimizer, mine: list, device, bf16: bool, step: in
     return losses, highest, norm
 
 
-def save(model, tokenizer, cfg: dict, out: str | None, log):
+def save(model, tokenizer, cfg: dict, out: str | None, log, fit: dict):
     """Gather the whole model (every process takes part in gathering FSDP2's shards), merge LoRA adapters into
-    it, and save it in out/model on rank 0 (out is None elsewhere). Returns the model, unwrapped, in eval mode."""
+    it, and save it in out/model on rank 0 (out is None elsewhere), with fit.json under --fit-bar. Returns the
+    model, unwrapped, in eval mode."""
     model = dist.unwrap(model)
     if cfg["lora"]:
         model = model.merge_and_unload()
     state = dist.full_state(model)
     if out is not None:
         log.close()
+        if fit["bar"]:
+            save_atomic(os.path.join(out, "fit.json"), lambda f: f.write(json.dumps(fit).encode()))
         with hf.hushed(cfg["quiet"]):  # its "Writing model shards" bar
             model.save_pretrained(os.path.join(out, "model"), state_dict=state)
             tokenizer.save_pretrained(os.path.join(out, "model"))

@@ -133,6 +133,35 @@ RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig)
 CHECKPOINT_KEYS = ("model", "optimizer", "step", "data_rng", "position_rng", "torch_rng")
 
 
+def fit_record(bar: float | None, every: int) -> dict:
+    """A fit record as fit.json holds it (read_fit), before its first check; the same for both kinds of run."""
+    return {"bar": bar, "every": every, "checks": [], "steps_to_fit": None}
+
+
+def fit_due(fit: dict, step: int, steps: int) -> bool:
+    """Whether the fit check runs after step `step` of `steps`: with a bar, every `every` steps and at the last."""
+    return bool(fit["bar"]) and (step % fit["every"] == 0 or step == steps)
+
+
+def record_fit(fit: dict, step: int, accuracy: float) -> dict:
+    """One check into the record: steps_to_fit is the step once the bar is reached (the training loop stops
+    there). Returns the check's log line."""
+    fit["checks"].append([step, round(accuracy, 4)])
+    fit["steps_to_fit"] = step if accuracy >= fit["bar"] else None
+    return {"step": step, "fit_accuracy": round(accuracy, 4)}
+
+
+def check_fit_flags(args, parser) -> None:
+    """--fit-bar and --fit-every, for both kinds of run: a bar in (0, 1], checks at least every step, and an
+    interval only with a bar (alone it would be accepted and ignored)."""
+    if args.fit_every < 1:
+        raise UsageError("--fit-every must be >= 1")
+    if args.fit_bar is not None and not 0 < args.fit_bar <= 1:
+        raise UsageError(f"--fit-bar {args.fit_bar:g}: an accuracy in (0, 1]")
+    if args.fit_bar is None and args.fit_every != parser.get_default("fit_every"):
+        raise UsageError(f"--fit-every {args.fit_every} sets how often the fit check runs: give --fit-bar with it")
+
+
 def read_fit(run_dir: str) -> dict:
     """The fit record (fit.json) of a run trained with train.py --fit-bar: {"bar", "every", "checks": [[step,
     accuracy], ...], "steps_to_fit": the step that reached the bar, or None}."""

@@ -37,10 +37,10 @@ import lengen
 import tasks
 import text_tasks
 from eval import evaluate, final_table, load_run, markdown_table, model_config
-from runs import (MAX_SAMPLES, Interrupted, Parser, RunConfig, RunFolder, UsageError, check_machine, check_memory,
-                  check_runtime, closed_stdout, finite, hold, int_range, int_set, learning_rate, load_checkpoint,
-                  out_of_memory, printable_output, refuse_unused, resume_config, save_atomic,
-                  set_learning_rate)
+from runs import (MAX_SAMPLES, Interrupted, Parser, RunConfig, RunFolder, UsageError, check_fit_flags, check_machine,
+                  check_memory, check_runtime, closed_stdout, finite, fit_due, fit_record, hold, int_range, int_set,
+                  learning_rate, load_checkpoint, out_of_memory, printable_output, record_fit, refuse_unused,
+                  resume_config, save_atomic, set_learning_rate)
 
 
 # Defaults of a small GPT trained from scratch; an LLM fine-tune has its own (finetune.DEFAULTS).
@@ -142,12 +142,8 @@ def fit_accuracy(model: lengen.GPT, cfg: RunConfig) -> float:
 def check_fit(model: lengen.GPT, cfg: RunConfig, fit: dict, step: int, run: RunFolder) -> None:
     """With --fit-bar, every --fit-every steps and at the last: the fit check, recorded in fit and the log;
     fit["steps_to_fit"] is the step once the bar is reached (the training loop stops there)."""
-    if not fit["bar"] or (step % fit["every"] and step != cfg.steps):
-        return
-    accuracy = fit_accuracy(model, cfg)
-    fit["checks"].append([step, round(accuracy, 4)])
-    fit["steps_to_fit"] = step if accuracy >= fit["bar"] else None
-    run.log({"step": step, "fit_accuracy": round(accuracy, 4)})
+    if fit_due(fit, step, cfg.steps):
+        run.log(record_fit(fit, step, fit_accuracy(model, cfg)))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -164,7 +160,7 @@ def train(cfg: RunConfig, on_step=None) -> lengen.GPT:
     optimizer = make_optimizer(model, cfg)
     data_rng = torch.Generator().manual_seed(cfg.seed + 1)      # lengths and batches
     position_rng = torch.Generator().manual_seed(cfg.seed + 2)  # position ids
-    step, fit = 0, {"bar": cfg.fit_bar, "every": cfg.fit_every, "checks": [], "steps_to_fit": None}
+    step, fit = 0, fit_record(cfg.fit_bar, cfg.fit_every)
     if cfg.resume:
         step, fit = restore(cfg.out, model, optimizer, data_rng, position_rng, fit)
     with RunFolder(cfg.out, cfg.saved(), cfg.resume, cfg.force) as run, \
@@ -444,8 +440,8 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> RunCon
 
 def refuse_ignored(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """A setting this run would accept and then ignore is refused, with what it needs to mean something."""
-    ignored = {"fit_every": (args.fit_bar is None, "sets how often the fit check runs: give --fit-bar with it"),
-               "max_position": (args.positions == "contiguous", "bounds sampled position ids: give --positions "
+    check_fit_flags(args, parser)
+    ignored = {"max_position": (args.positions == "contiguous", "bounds sampled position ids: give --positions "
                                 + "|".join(s for s in lengen.POSITION_SAMPLERS if s != "contiguous")),
                "max_len": (args.encoding != "learned", f"sizes a learned position table, not {args.encoding}'s"),
                "rope_base": (args.encoding not in ("rope", "xpos"), f"sets rotary frequencies, not {args.encoding}'s"),

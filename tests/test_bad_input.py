@@ -151,7 +151,7 @@ CASES = [
     ("train", ["--llm", "smollm2", "--no-curriculum", "--range-shape", "linear"], "--no-curriculum has none"),
     ("train", ["--llm", "smollm2", "--range", "inf"], "cannot be drawn"),
     ("train", ["--llm", "smollm2", "--range", "1e300"], "cannot be drawn"),
-    ("train", ["--llm", "smollm2", "--fit-bar", "2"], "an exact-match rate in (0, 1]"),
+    ("train", ["--llm", "smollm2", "--fit-bar", "2"], "--fit-bar 2: an accuracy in (0, 1]"),
     ("train", ["--llm", "smollm2", "--fit-every", "50"], "give --fit-bar with it"),
     ("train", ["--llm", "smollm2", "--fit-bar", "0.9", "--fit-every", "0"], "--fit-every must be >= 1"),
     ("train", ["--resume", "--out", "{runs}/llm-run"], "an LLM run cannot be resumed"),
