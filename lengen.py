@@ -440,9 +440,16 @@ class ALiBi(PositionalEncoding):
 
     acts_on = "logits"
 
-    def __init__(self, heads: int):
+    def __init__(self, heads: int, slope_heads: int | None = None):
+        """slope_heads: take the slopes the paper gives that many heads, evenly spaced over these: ALiBi(2, 8) has
+        1/2 and 1/32, the 1st and 5th of 1/2, 1/4, ..., 1/256. The paper's rule for 2 heads, 1/16 and 1/256, is
+        nearly flat over a short window; its experiments use 8 heads or more. Default: heads (the paper's rule)."""
         super().__init__()
-        self.register_buffer("slopes", alibi_slopes(heads), persistent=False)
+        slope_heads = slope_heads or heads
+        if slope_heads % heads:
+            raise ValueError(f"ALiBi: the slopes of {slope_heads} heads do not space evenly over {heads} heads "
+                             "(give a multiple of the head count)")
+        self.register_buffer("slopes", alibi_slopes(slope_heads)[::slope_heads // heads], persistent=False)
 
     def bias(self, q_positions, k_positions):  # (B|1, H, Tq, Tk)
         return alibi_bias(distances(q_positions, k_positions)[:, None], self.slopes[:, None, None])
@@ -594,7 +601,7 @@ def make_encoding(config: "GPTConfig") -> PositionalEncoding:
         "nope": lambda: NoPE(), "learned": lambda: LearnedAbsolute(config.max_len, config.dim),
         "sinusoidal": lambda: Sinusoidal(config.dim),
         "rope": lambda: Rotary(head_dim, config.rope_base, config.scaling, config.factor, config.original_len),
-        "xpos": lambda: XPos(head_dim, config.rope_base), "alibi": lambda: ALiBi(config.heads),
+        "xpos": lambda: XPos(head_dim, config.rope_base), "alibi": lambda: ALiBi(config.heads, config.alibi_slope_heads),
         "t5": lambda: T5Bias(config.heads), "kerple": lambda: KerpleLog(config.heads),
         # FIRE's threshold L starts at the training length (see FIRE); the paper's code starts it at 512
         "fire": lambda: FIRE(config.heads, threshold=float(config.original_len or 512)),
@@ -735,6 +742,7 @@ class GPTConfig:
     no_mlp: bool = False                   # attention-only blocks
     encoding: str = "rope"                 # one of ENCODINGS
     rope_base: float = 10000.0
+    alibi_slope_heads: int | None = None   # ALiBi: the slopes the paper gives this many heads, spaced over these
     scaling: str = "none"                  # a key of SCALINGS (RoPE only)
     factor: float = 1.0                    # the scaling factor s
     original_len: int | None = None    # the length L the scaling stretches (YaRN, dynamic NTK)

@@ -112,6 +112,7 @@ class RunConfig:
     compile: bool = False               # torch.compile the training forward
     fit_bar: float | None = None        # stop once held-out accuracy at train_len's HIGH reaches it (fit.json)
     fit_every: int = 100                # steps between fit checks
+    alibi_slope_heads: int | None = None  # ALiBi: take the slopes the paper gives this many heads (lengen.ALiBi)
     # how this command runs it, never saved: a resumed run takes them afresh
     quiet: bool = False
     resume: bool = False

@@ -374,6 +374,9 @@ def add_model_arguments(model) -> None:
     model.add_argument("--attention", default="softmax", choices=("softmax", "linear"))
     model.add_argument("--linear-normalised", action="store_true")
     model.add_argument("--rope-base", type=finite, default=10000.0)
+    model.add_argument("--alibi-slope-heads", type=int, default=None, metavar="N",
+                       help="ALiBi: the slopes its paper gives N heads, evenly spaced over --heads (a multiple of "
+                            "it; default --heads: the paper's rule, which for 2 heads is nearly flat)")
     model.add_argument("--scaling", default="none", choices=tuple(lengen.SCALINGS))
     model.add_argument("--factor", type=finite, default=None,
                        help=f"rotary scaling factor s (>= 1; default {DEFAULTS['factor']:g}; --llm yarn/ryarn: "
@@ -445,6 +448,7 @@ def refuse_ignored(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
                                 + "|".join(s for s in lengen.POSITION_SAMPLERS if s != "contiguous")),
                "max_len": (args.encoding != "learned", f"sizes a learned position table, not {args.encoding}'s"),
                "rope_base": (args.encoding not in ("rope", "xpos"), f"sets rotary frequencies, not {args.encoding}'s"),
+               "alibi_slope_heads": (args.encoding != "alibi", f"sets ALiBi's slopes, not {args.encoding}'s"),
                "original_len": (args.scaling == "none", "is the length a rotary scaling stretches: give --scaling")}
     for flag, (unused, why) in ignored.items():
         if unused and getattr(args, flag) != parser.get_default(flag):
@@ -499,6 +503,8 @@ def check_numbers(cfg: RunConfig) -> None:
         raise UsageError(f"--eval-samples must be >= 0 and at most {MAX_SAMPLES:,}")
     if cfg.rope_base <= 1:
         raise UsageError("--rope-base must be > 1 (rotary frequencies are base^(-2i/d))")
+    if cfg.alibi_slope_heads is not None and cfg.alibi_slope_heads < 1:
+        raise UsageError("--alibi-slope-heads must be >= 1")
     if cfg.scaling == "none" and cfg.factor != 1:
         raise UsageError(f"--factor {cfg.factor:g} stretches a rotary scaling: give --scaling "
                          f"{'|'.join(s for s in lengen.SCALINGS if s != 'none')} with it")

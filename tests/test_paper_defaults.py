@@ -13,7 +13,9 @@ import inspect
 import pytest
 import torch
 
+import eval
 import lengen as L
+import train
 
 
 def defaults(cls) -> dict:
@@ -26,6 +28,18 @@ def test_alibi_takes_the_papers_slopes_for_its_heads():
     ignoring the head count it is given."""
     assert L.ALiBi(8).slopes.tolist() == [2.0 ** -h for h in range(1, 9)]
     assert L.ALiBi(2).slopes.tolist() == [2.0 ** -4, 2.0 ** -8]  # 2 heads: nearly flat over a short window
+
+
+def test_alibi_with_fewer_heads_takes_the_eight_head_slopes_evenly_spaced(tmp_path):
+    """The experiments' small models have 2-4 heads, and the paper's rule then gives slopes near 0 (1/16, 1/256):
+    --alibi-slope-heads 8 takes the slopes of its 8-head models instead, spread over the heads. Bug caught: the
+    first H of the eight (1/2, 1/4: no head that looks far), or the setting lost between train.py and eval.py."""
+    assert L.ALiBi(2, slope_heads=8).slopes.tolist() == [2.0 ** -1, 2.0 ** -5]
+    assert L.ALiBi(4, slope_heads=8).slopes.tolist() == [2.0 ** -1, 2.0 ** -3, 2.0 ** -5, 2.0 ** -7]
+    assert L.ALiBi(8, slope_heads=8).slopes.tolist() == L.ALiBi(8).slopes.tolist()
+    run = train.run(["--task", "shift", "--encoding", "alibi", "--alibi-slope-heads", "8", "--train-len", "6:8",
+                     "--steps", "1", "--batch", "2", "--eval-samples", "0", "--quiet", "--out", str(tmp_path / "a")])
+    assert eval.load_run(run["run"])[0].pos.slopes.tolist() == [2.0 ** -1, 2.0 ** -5]
 
 
 def test_t5_kerple_fire_xpos_defaults_are_their_papers():

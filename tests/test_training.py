@@ -147,7 +147,8 @@ def test_one_name_per_setting():
     assert fields - {"dropout", "query_block"} <= run_fields and run_fields - {"task_options", "vocab_size"} <= flags
     values = {"vocab_size": 8, "layers": 3, "heads": 2, "dim": 16, "no_mlp": True, "encoding": "alibi",
               "rope_base": 500.0, "scaling": "none", "factor": 1.0, "original_len": 12, "attention": "softmax",
-              "linear_normalised": False, "max_len": 40, "dropout": 0.25, "query_block": 7}
+              "linear_normalised": False, "max_len": 40, "dropout": 0.25, "query_block": 7,
+              "alibi_slope_heads": 8}
     cfg = types.SimpleNamespace(**values)
     config = eval.model_config(cfg)
     assert {k: getattr(config, k) for k in fields} == {k: values[k] for k in fields}
