@@ -419,14 +419,21 @@ def experiment_names() -> list[str]:
                   if f.endswith(".py") and f not in ("__init__.py", "bench.py", "common.py"))
 
 
-SCALES = ("quick", "default", "full")  # every experiment's SCALES dict has these keys
+SCALES = ("quick", "default", "full")  # every experiment's SCALES dict has these keys, and "probe" where it has one
 
 
 def scale_name(args) -> str:
-    """--quick (for the tests), --full (paper scale, a GPU helps) or the default (minutes on a laptop CPU)."""
-    if args.quick and args.full:
-        raise UsageError("choose one of --quick and --full")
-    return "quick" if args.quick else "full" if args.full else "default"
+    """--quick (for the tests), --full (paper scale, a GPU helps), --probe (the short run that chose the default's
+    design, where an experiment has one) or the default (minutes on a laptop CPU)."""
+    given = [flag for flag in ("quick", "probe", "full") if getattr(args, flag)]
+    if len(given) > 1:
+        raise UsageError(f"choose one of --{' and --'.join(given)}")
+    return given[0] if given else "default"
+
+
+def results_name(name: str, args) -> str:
+    """NAME, or NAME-probe for --probe: a probe never replaces the results it was run to plan."""
+    return f"{name}-probe" if args.probe else name
 
 
 def command_line(args, *extra: str) -> str:
@@ -487,10 +494,14 @@ def run_experiment(name: str, args) -> None:
         raise UsageError("--bench measures what --jobs does itself: leave --jobs out")
     scale = scale_name(args)  # --quick with --full is refused before anything is written
     experiment = importlib.import_module(f"experiments.{name}")
+    if scale == "probe" and "probe" not in getattr(experiment, "SCALES", {}):
+        raise UsageError(f"--probe: {name} has no probe (its design is given in its results file)")
+    if args.render and scale == "probe":
+        raise UsageError("--render decides claims again; a probe has none: run --probe itself")
     if hasattr(experiment, "refuse"):  # what this machine cannot run, said before any folder is made
         experiment.refuse(args)
     args.out_dir = args.out_dir or default_out_dir(args)
-    check_out_dir(name, args)
+    check_out_dir(results_name(name, args), args)
     # A second command on the same experiment and scale would race this one for its run folders: it is
     # turned away in one line, and this one goes on.
     with hold(os.path.join("runs", name, scale), holder=f"eval.py --experiment {name}"):
@@ -517,6 +528,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiment", default=None, help="a named experiment: " + ", ".join(experiment_names()))
     p.add_argument("--quick", action="store_true", help="experiment: a small version for the tests")
     p.add_argument("--full", action="store_true", help="experiment: closer to paper scale (a GPU helps)")
+    p.add_argument("--probe", action="store_true",
+                   help="experiment: the short probe of steps to fit that chose its default design "
+                        "(results/NAME-probe.md, .json)")
     p.add_argument("--bench", action="store_true", help="speed and memory benchmark (results/bench.md)")
     p.add_argument("--out-dir", default=None,
                    help="experiment or bench: where results go (default results/; --quick: results/quick/)")
@@ -533,7 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # What each kind of command reads: a flag of another kind would be dropped without a word, so it is refused.
 EVALUATION_FLAGS = ("lengths", "delays", "samples", "llm", "task", "scaling", "factor", "original_len", "plot", "json")
-EXPERIMENT_FLAGS = ("quick", "full", "out_dir", "force", "render", "jobs")
+EXPERIMENT_FLAGS = ("quick", "full", "probe", "out_dir", "force", "render", "jobs")
 
 
 def refuse_dropped(args) -> None:

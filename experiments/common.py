@@ -10,7 +10,8 @@ is the machinery under those stories:
 - verdicts: UNFIT, FIT_BAR, verdict (a claim made of sub-claims), rule and decide (gains over independent
   units, a table at a time, Holm-adjusted; THRESHOLD), unit_verdict (a table of one), all_of (a claim that
   needs several comparisons);
-- running: map_jobs (--jobs N worker processes), train_once (a run trained once), cpu_seconds.
+- running: map_jobs (--jobs N worker processes), train_once (a run trained once), fit_of (a probe's model),
+  cpu_seconds.
 How an experiment is found by its name and started (scale_name, command_line, check_out_dir, run_experiment)
 is eval.py's command line.
 
@@ -35,7 +36,7 @@ import torch
 
 import train
 from eval import pyplot, save_figure, t_interval, t_tail
-from runs import Interrupted, UsageError, save_atomic, signals_deferred
+from runs import Interrupted, UsageError, read_fit, save_atomic, signals_deferred
 
 # ---------------------------------------------------------------------------------------------------------
 # Figures: one colour per method, fixed across panels; bands over seeds
@@ -425,6 +426,14 @@ def train_once(argv: list[str]) -> dict:
     result = train.run(argv)
     save_atomic(os.path.join(out, "made-by.json"), lambda f: f.write(json.dumps(made_by).encode()))
     return result
+
+
+def fit_of(argv: list[str]) -> dict:
+    """A probe's model: train.py's argv (with --fit-bar) trained, or reused (train_once), and how it fitted: the
+    step it reached the bar (None: not within --steps) and the last check, [step, accuracy]. Nothing beyond
+    the training length is measured: a probe plans which cells a run can afford, never by their results."""
+    fit = read_fit(train_once(argv)["run"])
+    return {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1]}
 
 
 def code_digest() -> str:

@@ -139,3 +139,28 @@ def test_a_randomized_model_is_measured_at_its_own_positions(tmp_path, monkeypat
     monkeypatch.setattr(exp, "read_fit", lambda out: {"steps_to_fit": None, "checks": [[2, 0.1]]})
     exp.train_and_measure(("reverse", "rope", "randomized", 0, QUICK, str(tmp_path), "cpu"))
     assert {(k["positions"], k["max_position"]) for k in calls} == {("randomized", 8 * QUICK["L"])}
+
+
+def test_probe_records_each_cells_fit_and_measures_nothing_beyond_L(tmp_path, monkeypatch):
+    """--probe plans the grid from what each cell costs to fit. Bugs caught: a cell missing, a fit read from
+    another run's folder, the task's settings or ALiBi's slopes not those the grid trains with, or a model
+    measured beyond L (a probe that saw how cells extrapolate would let the plan choose by the results)."""
+    monkeypatch.chdir(tmp_path)
+    probe = dict(L=16, cap=20, every=10, seeds=(0,), tasks=("latest_recall",))
+    monkeypatch.setitem(exp.SCALES, "probe", probe)
+    monkeypatch.setattr(exp, "evaluate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured")))
+    assert eval.main(["--experiment", "encodings", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
+    data = json.loads((tmp_path / "out" / "encodings-probe.json").read_text())
+    labels = [exp.label(e, p) for e, p in exp.variants()]
+    assert list(data["fits"]) == ["latest_recall"] and list(data["fits"]["latest_recall"]) == labels
+    for (e, p), label in zip(exp.variants(), labels):
+        fit = runs.read_fit(str(tmp_path / "runs" / "encodings" / "probe" / "latest_recall" / f"{e}-{p}-s0"))
+        assert data["fits"]["latest_recall"][label] == {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1]}
+        assert fit["checks"][-1][0] <= 20
+    assert all("--statements 3" in c for c in data["commands"])
+    assert sum("--alibi-slope-heads 8" in c for c in data["commands"]) == 2  # alibi, alibi + rand
+    assert data["steps_trained"] == sum(f["last"][0] for f in data["fits"]["latest_recall"].values())
+    markdown = (tmp_path / "out" / "encodings-probe.md").read_text()
+    assert "python eval.py --experiment encodings --probe --threads 1 --out-dir out" in markdown
+    assert all(f"| {label} | " in markdown for label in labels)
+    assert not (tmp_path / "out" / "encodings.json").exists()  # a probe never replaces the grid's results
