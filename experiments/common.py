@@ -10,8 +10,9 @@ is the machinery under those stories:
 - verdicts: UNFIT, FIT_BAR, verdict (a claim made of sub-claims), rule and decide (gains over independent
   units, a table at a time, Holm-adjusted; THRESHOLD), unit_verdict (a table of one), all_of (a claim that
   needs several comparisons);
-- running: map_jobs (--jobs N worker processes), train_once (a run trained once), fit_of (a probe's model),
-  cpu_seconds.
+- running: map_jobs (--jobs N worker processes), train_once (a run trained once), fit_of (a probe's model;
+  probe_cost and probe_table report them), cpu_seconds
+  and runtime (what a run took).
 How an experiment is found by its name and started (scale_name, command_line, check_out_dir, run_experiment)
 is eval.py's command line.
 
@@ -172,6 +173,11 @@ def fmt(s, spec: str = ".2f", form: str = "range") -> str:
         return mean
     return {"range": f"{mean} {span}", "sd": f"{mean} ± {sd}", "sd range": f"{mean} ± {sd} {span}"}[form]
 
+
+# ALiBi's paper sets a model's slopes by its head count; for the experiments' 2-4 heads that leaves slopes near 0
+# (2 heads: 1/16, 1/256, nearly flat over 32 tokens), where its own models have 8 heads or more. The experiments
+# give ALiBi the 8-head slopes, evenly spaced over their heads (train.py --alibi-slope-heads 8): 2 heads 1/2, 1/32.
+ALIBI_SLOPE_HEADS = 8
 
 # A claim about how models generalize cannot be tested on models that did not learn their task where nothing
 # is extrapolated: whatever they do beyond it says how far training got. Such a claim gets this fourth verdict,
@@ -436,6 +442,29 @@ def fit_of(argv: list[str]) -> dict:
     return {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1]}
 
 
+def probe_cell(fit: dict) -> str:
+    """A probe's table cell: '1400' (steps to fit), or '0.63 at 4000' (did not fit: the last check's accuracy)."""
+    step, accuracy = fit["last"]
+    return str(fit["steps_to_fit"]) if fit["steps_to_fit"] is not None else f"{accuracy:.2f} at {step}"
+
+
+def probe_cost(data: dict) -> str:
+    """A probe's first line: its command, what it took, and a training step's cost for planning the run."""
+    rt = data["runtime"]
+    return (f"`{data['command']}`: {rt['wall_s'] / 60:.1f} min wall, {rt['cpu_s'] / 60:.1f} min CPU, {rt['jobs']} "
+            f"job(s) of {rt['threads']} thread(s); {len(data['commands'])} models, {data['steps_trained']:,} steps: "
+            f"{1000 * rt['cpu_s'] / data['steps_trained']:.1f} CPU-s per 1000 steps.")
+
+
+def probe_table(fits: dict[str, dict[str, dict]], rows: list[str], first: str) -> list[str]:
+    """fits[column][row] (fit_of's) as a markdown table, with how many rows fitted in each column."""
+    columns = list(fits)
+    out = [f"| {first} | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    out += [f"| {row} | " + " | ".join(probe_cell(fits[c][row]) for c in columns) + " |" for row in rows]
+    fitted = {c: sum(fits[c][row]["steps_to_fit"] is not None for row in rows) for c in columns}
+    return out + ["", "Fitted: " + "; ".join(f"{c} {n} of {len(rows)}" for c, n in fitted.items()) + "."]
+
+
 def code_digest() -> str:
     """sha256 of the code a small GPT's training runs: a run trained by older code is trained again."""
     digest = hashlib.sha256()
@@ -460,6 +489,12 @@ def usable_jobs(jobs: int, items: int, threads: int = 1) -> int:
         print(f"--jobs {jobs}: running {usable} at once ({os.cpu_count()} CPU cores, {free} GiB free)",
               file=sys.stderr)
     return usable
+
+
+def runtime(since: tuple[float, float], args) -> dict:
+    """What an experiment took since since = (time.perf_counter(), cpu_seconds()), and how it ran."""
+    return {"wall_s": round(time.perf_counter() - since[0], 1), "cpu_s": round(cpu_seconds() - since[1], 1),
+            "jobs": args.jobs, "threads": args.threads or 1, "cores": os.cpu_count()}
 
 
 def cpu_seconds() -> float:

@@ -25,8 +25,9 @@ import time
 import torch
 
 from eval import command_line, evaluate_table, load_run, plot_curves, scale_name
-from experiments.common import (FIT_BAR, UNFIT, fmt, line_styles, map_jobs, rerender, seed_curve, spread, train_once,
-                                verdict, write_results)
+from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, UNFIT, cpu_seconds, fit_of, fmt, line_styles, map_jobs,
+                                probe_cost, probe_table, rerender, runtime, seed_curve, spread, train_once, verdict,
+                                write_results)
 
 DISTANCE_ENCODINGS = ("nope", "rope", "alibi")
 STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every panel
@@ -52,6 +53,11 @@ SCALES = {
                  transfer_seeds=5, samples=256),
 }
 
+# eval.py --experiment distance --probe: (A)'s models, seed 0, at three widths, each trained until it fits its
+# band (common.FIT_BAR, checked every 100 steps) or 6000 steps (Paper D trains 40K steps at window 256, ~156 a
+# token of window: ~5000 at this window), to learn what fitting takes before the default is planned.
+SCALES["probe"] = {**SCALES["default"], "steps": 6000, "every": 100, "widths": (32, 64, 128), "samples": 0}
+
 # A region's transfer counts as positive or negative only beyond this accuracy difference: one seed's accuracy
 # at one delay, over 128 sequences, has a standard error up to ~0.04, and a region averages several delays.
 TRANSFER_MARGIN = 0.05
@@ -66,26 +72,36 @@ def span(band: tuple[int, int]) -> str:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def distance_curve(setup: dict, scale: str, args, task: str, encoding: str, seed: int, delays: tuple[int, int],
-                   selective: tuple[int, int] | None = None, width: int | None = None) -> list[dict]:
-    """Train one model (runs/distance/SCALE/NAME) and return its accuracy at every delay 0..top: on S for a
-    selective_copy model, otherwise on C alone (so a mixed_copy model is measured on the task it shares with
-    its single-task twin)."""
+def model_argv(setup: dict, scale: str, args, task: str, encoding: str, seed: int, delays: tuple[int, int],
+               selective: tuple[int, int] | None = None, width: int | None = None) -> list[str]:
+    """One model's train.py command line, its folder runs/distance/SCALE/NAME named by its settings."""
     width = width or setup["width"]
     name = f"{task}-{encoding}-w{width}-d{delays[0]}-{delays[1]}" + \
         (f"-s{selective[0]}-{selective[1]}" if selective else "") + f"-seed{seed}"
-    out = os.path.join("runs", "distance", scale, name)
     argv = ["--task", task, "--train-len", str(setup["window"]), "--symbols", str(setup["symbols"]),
             "--m", str(setup["m"]),
             "--delays", f"{delays[0]}:{delays[1]}", "--encoding", encoding, "--layers", str(setup["layers"]),
             "--heads", str(setup["heads"]), "--dim", str(width), "--steps", str(setup["steps"]),
             "--batch", str(setup["batch"]),
             "--lr", str(setup["lr"]), "--warmup", str(setup["warmup"]), "--wd", str(setup["wd"]), "--seed", str(seed),
-            "--eval-samples", str(setup["samples"]), "--device", args.device, "--out", out, "--force", "--quiet",
+            "--eval-samples", str(setup["samples"]), "--device", args.device,
+            "--out", os.path.join("runs", "distance", scale, name), "--force", "--quiet",
             # one thread: on a small shared CPU a tiny model trains fastest single-threaded (README)
             "--threads", str(args.threads or 1)]
+    if encoding == "alibi":
+        argv += ["--alibi-slope-heads", str(ALIBI_SLOPE_HEADS)]
     if selective:
         argv += ["--selective-delays", f"{selective[0]}:{selective[1]}"]
+    return argv
+
+
+def distance_curve(setup: dict, scale: str, args, task: str, encoding: str, seed: int, delays: tuple[int, int],
+                   selective: tuple[int, int] | None = None, width: int | None = None) -> list[dict]:
+    """Train one model (runs/distance/SCALE/NAME) and return its accuracy at every delay 0..top: on S for a
+    selective_copy model, otherwise on C alone (so a mixed_copy model is measured on the task it shares with
+    its single-task twin)."""
+    argv = model_argv(setup, scale, args, task, encoding, seed, delays, selective, width)
+    out, name = argv[argv.index("--out") + 1], os.path.basename(argv[argv.index("--out") + 1])
     start = time.perf_counter()
     train_once(argv)
     model, cfg = load_run(out, args.device)
@@ -548,6 +564,36 @@ def render(data: dict):
 
 
 # ---------------------------------------------------------------------------------------------------------
+# The probe: what fitting its band takes, per task, encoding and width, before the default is planned
+# ---------------------------------------------------------------------------------------------------------
+
+def run_probe(args, setup: dict) -> None:
+    """--probe: (A)'s models at seed 0 and every width, each trained until it fits or setup["steps"]."""
+    since = (time.perf_counter(), cpu_seconds())
+    cells = [(task, e, w) for task in ("delay_copy", "selective_copy") for e in DISTANCE_ENCODINGS
+             for w in setup["widths"]]
+    argvs = [model_argv(setup, "probe", args, task, e, 0, setup["band"], None, w)
+             + ["--fit-bar", str(FIT_BAR), "--fit-every", str(setup["every"])] for task, e, w in cells]
+    results = map_jobs(fit_of, argvs, args.jobs, args.threads or 1)
+    fits = {task: {} for task in ("delay_copy", "selective_copy")}
+    for (task, e, w), result in zip(cells, results):
+        fits[task][f"{e}, width {w}"] = result
+    data = {"command": command_line(args), "runtime": runtime(since, args), "settings": setup, "fit_bar": FIT_BAR,
+            "fits": fits, "steps_trained": sum(r["last"][0] for r in results),
+            "commands": ["python train.py " + " ".join(argv) for argv in argvs]}
+    rows = [f"{e}, width {w}" for e in DISTANCE_ENCODINGS for w in setup["widths"]]
+    md = ["# Paper D's probe: steps to fit the training band, one seed a model", "", probe_cost(data), "",
+          f"(A)'s models (window {setup['window']}, m {setup['m']}, {setup['symbols']} symbols, delays "
+          f"{span(setup['band'])}, {setup['layers']} layers, {setup['heads']} heads, lr {setup['lr']:g} with cosine "
+          f"decay over {setup['steps']} steps; ALiBi with the {ALIBI_SLOPE_HEADS}-head slopes), seed 0, trained until "
+          f"accuracy >= {FIT_BAR} on held-out windows at the band's delays (checked every {setup['every']} steps) "
+          f"or {setup['steps']} steps; nothing outside the band is measured. Steps to fit, or the last check's "
+          "accuracy:", "", *probe_table(fits, rows, "model"), "",
+          "Every model's train.py command: `results/distance-probe.json`."]
+    write_results("distance-probe", "\n".join(md) + "\n", data, None, args.out_dir)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------------------------
 
@@ -557,6 +603,8 @@ def run(args) -> None:
         return rerender("distance", render, args)
     scale = scale_name(args)
     setup = SCALES[scale]
+    if scale == "probe":
+        return run_probe(args, setup)
     start = time.perf_counter()
     # Every model first, in --jobs worker processes when asked; a model that two parts share (same settings) is
     # trained once. parts() reads them.

@@ -30,8 +30,9 @@ import lengen
 import tasks
 import train
 from eval import command_line, evaluate, load_run, scale_name
-from experiments.common import (FIT_BAR, THRESHOLD, UNFIT, all_of, beyond, caption, cpu_seconds, decide, fit_of, fmt,
-                                map_jobs, rerender, short, spread, train_once, write_results)
+from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, THRESHOLD, UNFIT, all_of, beyond, caption, cpu_seconds,
+                                decide, fit_of, fmt, map_jobs, probe_cost, probe_table, rerender, runtime, short,
+                                spread, train_once, write_results)
 from runs import read_fit
 
 # ---------------------------------------------------------------------------------------------------------
@@ -67,9 +68,6 @@ PROBE = {"copy": "3500 (randomized: 0.84 at 4000)", "duplicate": "3500 (randomiz
 # grid finish in 45 minutes on 2 cores (choice() below says what was left out, and why).
 # latest_recall with three facts, one of them about another key: the answer is found by matching the key
 TASK_OPTIONS = {"latest_recall": {"statements": 3}}
-# ALiBi's paper sets a model's slopes by its head count: for these 2-head models, 1/16 and 1/256, nearly flat
-# over 32 tokens, where its experiments use 8 heads or more. Here the 8-head slopes, evenly spaced: 1/2, 1/32.
-ALIBI_SLOPE_HEADS = 8
 MIN_SEEDS = 2  # a cell (task, variant) counts as fitted when at least this many seeds ran, and every one fitted
 ENCODINGS = tuple(lengen.ENCODINGS)  # nope, learned, sinusoidal, rope, xpos, alibi, t5, kerple, fire
 # NoPE reads no position, and train.py draws position ids from a generator of their own, so NoPE with
@@ -345,37 +343,23 @@ def figure(data: dict):
 # The probe: what each cell costs to fit, measured before the grid is planned
 # ---------------------------------------------------------------------------------------------------------
 
-def probe_cell(fit: dict) -> str:
-    """'1400' (steps to fit), or '0.63 at 4000' (the last check's accuracy: did not fit within the cap)."""
-    step, accuracy = fit["last"]
-    return str(fit["steps_to_fit"]) if fit["steps_to_fit"] is not None else f"{accuracy:.2f} at {step}"
-
-
 def probe_markdown(data: dict) -> str:
-    setup, rt, fits = data["settings"], data["runtime"], data["fits"]
-    tasks_ = setup["tasks"]
-    per_step = rt["cpu_s"] / data["steps_trained"]
-    out = ["# The encodings grid's probe: steps to fit, one seed a cell", "",
-           f"`{data['command']}`: {rt['wall_s'] / 60:.1f} min wall, {rt['cpu_s'] / 60:.1f} min CPU, "
-           f"{rt['jobs']} job(s) of {rt['threads']} thread(s); {len(data['commands'])} models, "
-           f"{data['steps_trained']:,} steps: {1000 * per_step:.1f} CPU-s per 1000 steps.", "",
+    setup = data["settings"]
+    out = ["# The encodings grid's probe: steps to fit, one seed a cell", "", probe_cost(data), "",
            f"Each model as in the grid (`results/encodings.md`), seed 0, trained until accuracy >= {FIT_BAR} on the "
            f"held-out fit sequences at L = {setup['L']} (checked every {setup['every']} steps) or {setup['cap']} "
            "steps. Nothing beyond L is measured: the probe plans which cells the grid can afford, not by how they "
            "extrapolate. Task settings: " + (", ".join(f"{t} {o}" for t, o in TASK_OPTIONS.items()) or "defaults")
-           + f"; ALiBi with the {ALIBI_SLOPE_HEADS}-head slopes.", "",
-           "| encoding | " + " | ".join(tasks_) + " |", "|---|" + "---:|" * len(tasks_)]
-    out += [f"| {row} | " + " | ".join(probe_cell(fits[t][row]) for t in tasks_) + " |" for row in rows()]
-    fitted = {t: [r for r in rows() if fits[t][r]["steps_to_fit"] is not None] for t in tasks_}
-    out += ["", "Cells that fitted: " + "; ".join(f"{t} {len(fitted[t])} of {len(rows())}" for t in tasks_) + ".",
-            "", "Every model's train.py command: `results/encodings-probe.json`."]
+           + f"; ALiBi with the {ALIBI_SLOPE_HEADS}-head slopes. Steps to fit, or the last check's accuracy:", ""]
+    out += probe_table(data["fits"], rows(), "encoding")
+    out += ["", "Every model's train.py command: `results/encodings-probe.json`."]
     return "\n".join(out) + "\n"
 
 
 def run_probe(args, setup: dict) -> None:
     """--probe: one seed of every cell, each trained until it fits or the cap (common.fit_of)."""
     root = os.path.join("runs", "encodings", "probe")
-    start, cpu_start = time.perf_counter(), cpu_seconds()
+    since = (time.perf_counter(), cpu_seconds())
     cells = [(t, e, p) for t in setup["tasks"] for e, p in variants()]
     argvs = [model_argv(t, e, p, setup["seeds"][0], setup, root, args.device) for t, e, p in cells]
     with tqdm(total=len(argvs), desc="encodings probe") as bar:
@@ -383,9 +367,7 @@ def run_probe(args, setup: dict) -> None:
     fits = {t: {} for t in setup["tasks"]}
     for (t, e, p), result in zip(cells, results):
         fits[t][label(e, p)] = result
-    runtime = {"wall_s": round(time.perf_counter() - start, 1), "cpu_s": round(cpu_seconds() - cpu_start, 1),
-               "jobs": args.jobs, "threads": args.threads or 1, "cores": os.cpu_count()}
-    data = {"command": command_line(args), "runtime": runtime, "settings": setup, "fit_bar": FIT_BAR,
+    data = {"command": command_line(args), "runtime": runtime(since, args), "settings": setup, "fit_bar": FIT_BAR,
             "task_options": TASK_OPTIONS, "fits": fits, "steps_trained": sum(r["last"][0] for r in results),
             "commands": ["python train.py " + " ".join(argv) for argv in argvs]}
     write_results("encodings-probe", probe_markdown(data), data, None, args.out_dir)
@@ -403,7 +385,7 @@ def run(args) -> None:
     if scale == "probe":
         return run_probe(args, setup)
     root = os.path.join("runs", "encodings", scale)
-    start, cpu_start = time.perf_counter(), cpu_seconds()
+    since = (time.perf_counter(), cpu_seconds())
     jobs = [(t, e, p, seed, setup, root, args.device) for t in setup["tasks"] for e, p in variants()
             for seed in setup["seeds"]]
     with tqdm(total=len(jobs), desc="encodings") as bar:
@@ -414,9 +396,7 @@ def run(args) -> None:
     for (t, e, p, _, _, _, _), result in zip(jobs, results):
         accuracy[t][label(e, p)].append(result["accuracy"])
         steps[t][label(e, p)].append(result["steps_to_fit"])
-    runtime = {"wall_s": round(time.perf_counter() - start, 1), "cpu_s": round(cpu_seconds() - cpu_start, 1),
-               "jobs": args.jobs, "threads": args.threads or 1, "cores": os.cpu_count()}
-    data = {"command": command_line(args), "runtime": runtime, "scale": scale, "settings": setup,
+    data = {"command": command_line(args), "runtime": runtime(since, args), "scale": scale, "settings": setup,
             "fit_bar": FIT_BAR, "models": len(jobs), "steps_trained": sum(r["steps"] for r in results),
             "lengths": [m * setup["L"] for m in MULTIPLES], "threshold": THRESHOLD,
             "chance": {t: chance(t) for t in setup["tasks"]}, "accuracy": accuracy, "steps_to_fit": steps,

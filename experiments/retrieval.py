@@ -20,8 +20,8 @@ import torch
 import lengen
 import tasks
 from eval import command_line, evaluate, load_run, plot_curves, scale_name
-from experiments.common import (FIT_BAR, UNFIT, fmt, line_styles, map_jobs, rerender, seed_curve, spread, train_once,
-                                verdict, write_results)
+from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, UNFIT, fmt, line_styles, map_jobs, rerender, seed_curve,
+                                spread, train_once, verdict, write_results)
 
 # ---------------------------------------------------------------------------------------------------------
 # The analysis
@@ -362,7 +362,8 @@ def planned_models(setup: dict) -> list[tuple]:
     for k in setup["offsets"]:
         for encoding in ("rope", "learned", *(setup["controls"] if k == k0 else ())):  # controls: one offset
             for seed in setup["seeds"]:
-                extra = RETRIEVAL_TABLE_ROWS if encoding == "learned" else []
+                extra = {"learned": RETRIEVAL_TABLE_ROWS,
+                         "alibi": ["--alibi-slope-heads", str(ALIBI_SLOPE_HEADS)]}.get(encoding, [])
                 # the sweep's baseline is this very recipe
                 analyses = ["retrieval"] + (["recipe"] if encoding == "rope" and k == k0 else [])
                 models.append(("runs", {"encoding": encoding, "attention": "softmax", "offset": k, "seed": seed},

@@ -31,7 +31,7 @@ from tqdm import tqdm
 import tasks
 from eval import command_line, evaluate, load_run, plot_curves, scale_name
 from experiments.common import (FIT_BAR, THRESHOLD, UNFIT, beyond, caption, cpu_seconds, decide, fmt, line_styles,
-                                map_jobs, rerender, seed_curve, short, spread, train_once, write_results)
+                                map_jobs, rerender, runtime, seed_curve, short, spread, train_once, write_results)
 from runs import read_fit
 
 # ---------------------------------------------------------------------------------------------------------
@@ -660,7 +660,7 @@ def run(args) -> None:
     scale = scale_name(args)
     setup = SCALES[scale]
     root = os.path.join("runs", "ryarn", scale)
-    start, cpu_start = time.perf_counter(), cpu_seconds()
+    since = (time.perf_counter(), cpu_seconds())
     base_jobs, grid_jobs = base_runs(setup, root, args), grid_runs(setup, root, args)
     n_tunes = len(tune_runs(setup, root, args, dict.fromkeys(FINE_TUNES, setup["lrs"][0])))
     with tqdm(total=len(base_jobs) + len(grid_jobs) + n_tunes, desc="ryarn") as bar:
@@ -675,6 +675,5 @@ def run(args) -> None:
             "pretrain_steps": pretrain_steps(setup, root), **tables(setup, bases, grid, lr, tunes)}
     data["claims"] = claims(data, setup["fit_bar"])
     data["commands"] = commands(setup, base_jobs, grid_jobs, tune_jobs)
-    data["runtime"] = {"wall_s": round(time.perf_counter() - start, 1), "cpu_s": round(cpu_seconds() - cpu_start, 1),
-                       "threads": args.threads or 1, "jobs": args.jobs, "cores": os.cpu_count()}
+    data["runtime"] = runtime(since, args)
     write_results("ryarn", markdown(data), data, figure(data), args.out_dir)

@@ -76,3 +76,28 @@ def test_a_question_on_models_that_did_not_fit_is_undecided():
     checks = exp.ordering_checks(runs)
     assert exp.checks_verdict(checks) == common.UNFIT
     assert checks[0]["measured"] == "weakest: nope 0.85" and [c["holds"] for c in checks] == [False, True, True]
+
+
+def test_probe_records_each_models_fit_of_its_band(tmp_path, monkeypatch):
+    """--probe plans Paper D's default. Bugs caught: a (task, encoding, width) missing or read from another
+    model's folder, a probe model without the fit check or without ALiBi's 8-head slopes, and a probe that
+    writes over results/distance.json."""
+    monkeypatch.chdir(tmp_path)
+    probe = {**exp.SCALES["quick"], "steps": 20, "every": 10, "widths": (16, 32), "samples": 0}
+    monkeypatch.setitem(exp.SCALES, "probe", probe)
+    assert lengen_eval.main(["--experiment", "distance", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
+    data = json.loads((tmp_path / "out" / "distance-probe.json").read_text())
+    rows = [f"{e}, width {w}" for e in exp.DISTANCE_ENCODINGS for w in (16, 32)]
+    assert list(data["fits"]) == ["delay_copy", "selective_copy"]
+    assert all(list(fits) == rows for fits in data["fits"].values())
+    for command in data["commands"]:
+        folder = command.split(" --out ")[1].split()[0]
+        task, encoding, width = command.split("--task ")[1].split()[0], command.split("--encoding ")[1].split()[0], \
+            int(command.split("--dim ")[1].split()[0])
+        fit = common.read_fit(str(tmp_path / folder))
+        assert data["fits"][task][f"{encoding}, width {width}"] == {"steps_to_fit": fit["steps_to_fit"],
+                                                                     "last": fit["checks"][-1]}
+        assert " --fit-bar 0.9 --fit-every 10" in command
+        assert ("--alibi-slope-heads 8" in command) == (encoding == "alibi")
+    assert len(data["commands"]) == 12 and not (tmp_path / "out" / "distance.json").exists()
+    assert "| alibi, width 32 | " in (tmp_path / "out" / "distance-probe.md").read_text()

@@ -60,3 +60,23 @@ def test_t5_kerple_fire_xpos_defaults_are_their_papers():
     xpos = L.XPos(32)
     assert xpos.scale_base == 512.0
     assert xpos.zeta.tolist() == pytest.approx([(2 * i / 32 + 0.4) / 1.4 for i in range(16)])
+
+
+def test_every_experiments_alibi_takes_the_eight_head_slopes():
+    """Each experiment that trains ALiBi (encodings, distance, retrieval's control) gives its 1-4 head models the
+    8-head slopes. Bug caught: one experiment left on the paper's rule for its few heads, where ALiBi is nearly
+    NoPE (2 heads: 1/16, 1/256; 4 heads: down to 1/256)."""
+    import types
+
+    from experiments import distance, encodings, retrieval
+    args = types.SimpleNamespace(device="cpu", threads=1)
+    argvs = [encodings.model_argv("shift", "alibi", p, 0, encodings.SCALES["default"], "runs", "cpu")
+             for p in encodings.POSITIONS]
+    argvs += [distance.model_argv(distance.SCALES["default"], "default", args, "delay_copy", "alibi", 0, (3, 5))]
+    argvs += [m[3] for m in retrieval.planned_models(retrieval.SCALES["default"]) if "alibi" in m[3]]
+    assert len(argvs) == 3 + len(retrieval.SCALES["default"]["seeds"])
+    for argv in argvs:
+        assert argv[argv.index("--alibi-slope-heads") + 1] == "8"
+        model = L.GPT(L.GPTConfig(vocab_size=8, heads=int(argv[argv.index("--heads") + 1]) if "--heads" in argv else 2,
+                                  dim=64, encoding="alibi", alibi_slope_heads=8))
+        assert model.pos.slopes.max() == 0.5  # the steepest head looks at the last few tokens
