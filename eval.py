@@ -146,10 +146,12 @@ def t_interval(values, alpha: float = 0.05) -> tuple[float, float, float]:
 @torch.no_grad()
 def evaluate(model: lengen.GPT, task: str, length: int, options: dict, samples: int = 256, seed: int = 1234,
              batch: int | None = None, device: str = "cpu", positions: str = "contiguous",
-             max_position: int | None = None) -> dict:
+             max_position: int | None = None, score_from: int = 0) -> dict:
     """Accuracy on `samples` fresh sequences of `length` tokens. Positions are contiguous (inference), or drawn
     by a sampler of lengen.POSITION_SAMPLERS from [0, max_position), as Ruoss et al. evaluate a model trained
-    with randomized positions. The sequences depend on `seed` alone: every model meets the same ones."""
+    with randomized positions. The sequences depend on `seed` alone: every model meets the same ones.
+    score_from: only answer tokens at index >= score_from count; beyond a training length L, score_from = L
+    scores the answers no training sequence reached (shift answers at every index, most of them below L)."""
     if model.config.encoding == "learned" and length > model.config.max_len:
         raise UsageError(f"length {length} is beyond the learned position table ({model.config.max_len} rows): "
                          "retrain with a larger --max-len")
@@ -169,8 +171,11 @@ def evaluate(model: lengen.GPT, task: str, length: int, options: dict, samples: 
         if not torch.isfinite(logits).all():
             raise UsageError(f"length {length}: the model's outputs are not finite (NaN or inf); no accuracy to "
                              "report")
+        mask = mask & (torch.arange(length, device=device) >= score_from)
+        if not mask.any(1).all():
+            raise UsageError(f"{task} at {length} tokens: a sequence has no answer at index >= {score_from}")
         right = (logits.argmax(-1) == y) & mask
-        scores.append(right.sum(1).float() / mask.sum(1).clamp(min=1))
+        scores.append(right.sum(1).float() / mask.sum(1))
     mean, lo, hi = interval(torch.cat(scores).cpu())
     return {"length": length, "accuracy": mean, "low": lo, "high": hi, "samples": samples}
 

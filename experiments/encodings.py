@@ -106,15 +106,17 @@ def model_argv(task: str, encoding: str, positions: str, seed: int, setup: dict,
 def train_and_measure(job: tuple) -> dict:
     """Train one model with train.py's own code until it fits (or the cap), and return its accuracy at every
     multiple of L with the positions it was trained with, and the step at which it fitted (None: did not).
-    The same evaluation sequences for every model (evaluate draws them from one fixed seed)."""
+    Beyond L only the answers at index >= L count (evaluate's score_from): shift answers at every index, and
+    its answers below L are ones training reached. The same evaluation sequences for every model (evaluate
+    draws them from one fixed seed)."""
     task, encoding, positions, seed, setup, root, device = job
     argv = model_argv(task, encoding, positions, seed, setup, root, device)
     out = train_once(argv)["run"]
     model, cfg = load_run(out, device)
     fit = read_fit(out)
     accuracy = [evaluate(model, task, m * setup["L"], cfg.task_options, setup["samples"], device=device,
-                               positions=positions, max_position=cfg.max_position)["accuracy"]
-                for m in MULTIPLES]
+                         positions=positions, max_position=cfg.max_position,
+                         score_from=setup["L"] if m > 1 else 0)["accuracy"] for m in MULTIPLES]
     return {"accuracy": accuracy, "steps_to_fit": fit["steps_to_fit"], "steps": fit["checks"][-1][0]}
 
 
@@ -271,7 +273,10 @@ def markdown(data: dict) -> str:
            f"{', '.join(str(m * L) for m in MULTIPLES)} tokens, the same for every model; seeds "
            f"{', '.join(map(str, setup['seeds']))}. '+ rand' (Ruoss et al.'s protocol): in training and at "
            f"evaluation, position ids are a sorted random draw from [0, {8 * L}); the others use contiguous ids. "
-           f"Beyond L = the mean of {', '.join(str(m * L) for m in MULTIPLES[1:])}.", "",
+           f"Beyond L = the mean of {', '.join(str(m * L) for m in MULTIPLES[1:])}" + (
+               f", each scored only on the answer tokens at index >= {L}, which no training sequence reached (shift "
+               "answers at every index; the other tasks at the end)." if data.get("scored_from_L") else
+               ", scored on every answer token (shift's below L too)."), "",
            *(choice(setup) if data["scale"] == "default" else []),
            "**The rule, fixed before the run.** A cell (task, encoding) counts when at least "
            f"{MIN_SEEDS} seeds ran and every one fitted; a comparison A - B is measured on the tasks where both "
@@ -399,9 +404,8 @@ def run(args) -> None:
     data = {"command": command_line(args), "runtime": runtime(since, args), "scale": scale, "settings": setup,
             "fit_bar": FIT_BAR, "models": len(jobs), "steps_trained": sum(r["steps"] for r in results),
             "lengths": [m * setup["L"] for m in MULTIPLES], "threshold": THRESHOLD,
-            "chance": {t: chance(t) for t in setup["tasks"]}, "accuracy": accuracy, "steps_to_fit": steps,
-
-            "commands": ["python train.py " + " ".join(model_argv(*job)) for job in jobs]}
+            "chance": {t: chance(t) for t in setup["tasks"]}, "scored_from_L": True, "accuracy": accuracy,
+            "steps_to_fit": steps, "commands": ["python train.py " + " ".join(model_argv(*job)) for job in jobs]}
     data["claims"], data["caption"] = claims(accuracy, steps, setup["tasks"])
     write_results("encodings", markdown(data), data, figure(data), args.out_dir)
 

@@ -139,6 +139,8 @@ def test_a_randomized_model_is_measured_at_its_own_positions(tmp_path, monkeypat
     monkeypatch.setattr(exp, "read_fit", lambda out: {"steps_to_fit": None, "checks": [[2, 0.1]]})
     exp.train_and_measure(("reverse", "rope", "randomized", 0, QUICK, str(tmp_path), "cpu"))
     assert {(k["positions"], k["max_position"]) for k in calls} == {("randomized", 8 * QUICK["L"])}
+    # beyond L, only the answers no training sequence reached: at index >= L (at L itself, every answer)
+    assert [k["score_from"] for k in calls] == [0] + [QUICK["L"]] * (len(exp.MULTIPLES) - 1)
 
 
 def test_probe_records_each_cells_fit_and_measures_nothing_beyond_L(tmp_path, monkeypatch):

@@ -234,3 +234,23 @@ def test_randomized_evaluation_reads_the_same_sequences_at_drawn_positions(monke
     assert p1.shape == (4, 12) and bool((p1.diff(dim=1) > 0).all()) and int(p1.max()) < 40 and int(p1[:, -1].max()) > 11
     with pytest.raises(runs.UsageError, match="range of at least 12"):
         eval.evaluate(model, "reverse", 12, {}, samples=4, positions="randomized", max_position=8)
+
+
+def test_score_from_counts_only_the_answers_at_or_beyond_that_index(monkeypatch):
+    """Beyond a training length L, shift's answers at indices below L are ones training reached. Bugs caught:
+    score_from ignored (the old positions' credit kept), or applied off by one, or a row left with nothing
+    to score counted as 0 instead of refused."""
+    model = lengen.GPT(lengen.GPTConfig(vocab_size=16, layers=1, heads=1, dim=16))
+
+    def right_below(x, positions=None, L=8):  # the true answer at every index below L, a wrong one from L on
+        y = torch.zeros_like(x)
+        y[:, 3:] = x[:, :-3]
+        logits = torch.nn.functional.one_hot(torch.where(torch.arange(x.shape[1]) < L, y, (y + 1) % 16), 16)
+        return logits.float()
+    monkeypatch.setattr(model, "forward", right_below)
+    every = eval.evaluate(model, "shift", 16, {}, samples=4)["accuracy"]
+    assert every == pytest.approx(5 / 13)  # answers at 3..15, right at 3..7
+    assert eval.evaluate(model, "shift", 16, {}, samples=4, score_from=8)["accuracy"] == 0
+    assert eval.evaluate(model, "shift", 16, {}, samples=4, score_from=7)["accuracy"] == pytest.approx(1 / 9)
+    with pytest.raises(runs.UsageError, match="no answer at index >= 16"):
+        eval.evaluate(model, "shift", 16, {}, samples=4, score_from=16)
