@@ -135,3 +135,20 @@ def test_claims_on_heads_that_did_not_learn_the_task_are_undecided():
     assert E.claim_extrapolation(data)["verdict"] == common.UNFIT
     data["runs"][1] = head("learned", 1.0, 0.07)
     assert E.claim_extrapolation(data)["verdict"] == "reproduced"
+
+
+def test_the_linear_control_trains_longer_than_the_softmax_heads_and_alone_does():
+    """The linear-attention head learns retrieval far slower (0.69 where it trained after 1000 steps); it trains
+    linear_steps, at the first offset alone (at 5 it stays near 0.75). Bug caught: the longer budget applied to
+    every head (the softmax heads' claims then rest on another design), or not reaching the linear heads."""
+    from experiments import retrieval as exp
+    setup = exp.SCALES["default"]
+    steps = {}
+    for _, labels, _, argv, _ in exp.planned_models(setup):
+        if isinstance(labels, dict) and "attention" in labels:
+            steps.setdefault(labels["attention"], set()).add(int(argv[argv.index("--steps") + 1]))
+    assert steps == {"softmax": {setup["steps"]}, "linear": {setup["linear_steps"]}}
+    assert setup["linear_steps"] > setup["steps"]
+    linear = [labels for _, labels, *_ in exp.planned_models(setup)
+              if isinstance(labels, dict) and labels.get("attention") == "linear"]
+    assert {labels["offset"] for labels in linear} == {setup["offsets"][0]} and len(linear) == len(setup["seeds"])
