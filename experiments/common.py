@@ -452,7 +452,7 @@ def probe_cost(data: dict) -> str:
     """A probe's first line: its command, what it took, and a training step's cost for planning the run."""
     rt = data["runtime"]
     return (f"`{data['command']}`: {rt['wall_s'] / 60:.1f} min wall, {rt['cpu_s'] / 60:.1f} min CPU, {rt['jobs']} "
-            f"job(s) of {rt['threads']} thread(s); {len(data['commands'])} models, {data['steps_trained']:,} steps: "
+            f"job(s) of {rt['threads']} thread(s); {data['models']} models, {data['steps_trained']:,} steps: "
             f"{1000 * rt['cpu_s'] / data['steps_trained']:.1f} CPU-s per 1000 steps.")
 
 

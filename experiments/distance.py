@@ -579,7 +579,7 @@ def run_probe(args, setup: dict) -> None:
     for (task, e, w), result in zip(cells, results):
         fits[task][f"{e}, width {w}"] = result
     data = {"command": command_line(args), "runtime": runtime(since, args), "settings": setup, "fit_bar": FIT_BAR,
-            "fits": fits, "steps_trained": sum(r["last"][0] for r in results),
+            "fits": fits, "models": len(argvs), "steps_trained": sum(r["last"][0] for r in results),
             "commands": ["python train.py " + " ".join(argv) for argv in argvs]}
     rows = [f"{e}, width {w}" for e in DISTANCE_ENCODINGS for w in setup["widths"]]
     md = ["# Paper D's probe: steps to fit the training band, one seed a model", "", probe_cost(data), "",

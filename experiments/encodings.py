@@ -21,6 +21,7 @@ decides them; the markdown and the heatmaps; run(args).
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -68,6 +69,9 @@ PROBE = {"copy": "3500 (randomized: 0.84 at 4000)", "duplicate": "3500 (randomiz
 # grid finish in 45 minutes on 2 cores (choice() below says what was left out, and why).
 # latest_recall with three facts, one of them about another key: the answer is found by matching the key
 TASK_OPTIONS = {"latest_recall": {"statements": 3}}
+# The default's design, read from the probe's table (shown above it in results/encodings.md): written when
+# the probe has run.
+DESIGN = "The design is the one before the probe (see PROBE); the probe's table is shown for the next one."
 MIN_SEEDS = 2  # a cell (task, variant) counts as fitted when at least this many seeds ran, and every one fitted
 ENCODINGS = tuple(lengen.ENCODINGS)  # nope, learned, sinusoidal, rope, xpos, alibi, t5, kerple, fire
 # NoPE reads no position, and train.py draws position ids from a generator of their own, so NoPE with
@@ -245,8 +249,19 @@ def steps_grid(data: dict) -> list[str]:
     return out
 
 
-def choice(setup: dict) -> list[str]:
-    """How the default grid was chosen: the probe, and what it left out."""
+def choice(data: dict) -> list[str]:
+    """How the default grid was chosen: its probe's table (results/encodings-probe.json, copied into the grid's
+    results when it ran) and the design read from it; the grid before the probe existed quotes PROBE."""
+    if "probe" not in data:
+        return choice_before_the_probe(data["settings"])
+    probe = data["probe"]
+    return ["**How this design was chosen** (before the run, from `results/encodings-probe.md`: one seed a cell, "
+            f"to {probe['settings']['cap']} steps, at L only). " + probe_cost(probe), "",
+            *probe_table(probe["fits"], rows(), "encoding"), "", DESIGN, ""]
+
+
+def choice_before_the_probe(setup: dict) -> list[str]:
+    """How the grid before `--probe` was chosen: RoPE alone, by hand-run commands."""
     left = [t for t in TASKS if t not in setup["tasks"]]
     return ["**How the grid was chosen** (before the run, on RoPE at L only): one RoPE model per task and "
             "positions, trained to 4000 steps with a fit check every 250 (`python train.py --task TASK --encoding "
@@ -277,7 +292,7 @@ def markdown(data: dict) -> str:
                f", each scored only on the answer tokens at index >= {L}, which no training sequence reached (shift "
                "answers at every index; the other tasks at the end)." if data.get("scored_from_L") else
                ", scored on every answer token (shift's below L too)."), "",
-           *(choice(setup) if data["scale"] == "default" else []),
+           *(choice(data) if data["scale"] == "default" else []),
            "**The rule, fixed before the run.** A cell (task, encoding) counts when at least "
            f"{MIN_SEEDS} seeds ran and every one fitted; a comparison A - B is measured on the tasks where both "
            "cells count: per seed, the mean over those tasks of A's accuracy beyond L minus B's; the seeds are "
@@ -354,7 +369,8 @@ def probe_markdown(data: dict) -> str:
            f"Each model as in the grid (`results/encodings.md`), seed 0, trained until accuracy >= {FIT_BAR} on the "
            f"held-out fit sequences at L = {setup['L']} (checked every {setup['every']} steps) or {setup['cap']} "
            "steps. Nothing beyond L is measured: the probe plans which cells the grid can afford, not by how they "
-           "extrapolate. Task settings: " + (", ".join(f"{t} {o}" for t, o in TASK_OPTIONS.items()) or "defaults")
+           "extrapolate. Task settings: " + ("; ".join(f"{t} " + ", ".join(f"{k}={v}" for k, v in o.items())
+                                                          for t, o in TASK_OPTIONS.items()) or "defaults")
            + f"; ALiBi with the {ALIBI_SLOPE_HEADS}-head slopes. Steps to fit, or the last check's accuracy:", ""]
     out += probe_table(data["fits"], rows(), "encoding")
     out += ["", "Every model's train.py command: `results/encodings-probe.json`."]
@@ -373,7 +389,8 @@ def run_probe(args, setup: dict) -> None:
     for (t, e, p), result in zip(cells, results):
         fits[t][label(e, p)] = result
     data = {"command": command_line(args), "runtime": runtime(since, args), "settings": setup, "fit_bar": FIT_BAR,
-            "task_options": TASK_OPTIONS, "fits": fits, "steps_trained": sum(r["last"][0] for r in results),
+            "task_options": TASK_OPTIONS, "fits": fits, "models": len(argvs),
+            "steps_trained": sum(r["last"][0] for r in results),
             "commands": ["python train.py " + " ".join(argv) for argv in argvs]}
     write_results("encodings-probe", probe_markdown(data), data, None, args.out_dir)
 
@@ -406,6 +423,12 @@ def run(args) -> None:
             "lengths": [m * setup["L"] for m in MULTIPLES], "threshold": THRESHOLD,
             "chance": {t: chance(t) for t in setup["tasks"]}, "scored_from_L": True, "accuracy": accuracy,
             "steps_to_fit": steps, "commands": ["python train.py " + " ".join(model_argv(*job)) for job in jobs]}
+    if scale == "default":  # the probe that planned it, when it is on record beside the results
+        try:
+            with open(os.path.join(args.out_dir, "encodings-probe.json"), encoding="utf-8") as f:
+                data["probe"] = {k: v for k, v in json.load(f).items() if k != "commands"}
+        except (OSError, ValueError):
+            pass
     data["claims"], data["caption"] = claims(accuracy, steps, setup["tasks"])
     write_results("encodings", markdown(data), data, figure(data), args.out_dir)
 

@@ -166,3 +166,23 @@ def test_probe_records_each_cells_fit_and_measures_nothing_beyond_L(tmp_path, mo
     assert "python eval.py --experiment encodings --probe --threads 1 --out-dir out" in markdown
     assert all(f"| {label} | " in markdown for label in labels)
     assert not (tmp_path / "out" / "encodings.json").exists()  # a probe never replaces the grid's results
+
+
+def test_the_default_grid_shows_the_probe_that_planned_it(tmp_path, monkeypatch):
+    """results/encodings.md says how its design was chosen from the probe's own file. Bugs caught: the probe
+    read from another folder than the results', its table not rendered, or a grid run without a probe on
+    record failing instead of saying it was designed before the probe."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(exp.SCALES, "probe", dict(L=16, cap=20, every=10, seeds=(0,), tasks=("latest_recall",)))
+    monkeypatch.setitem(exp.SCALES, "default", {**QUICK, "tasks": ("latest_recall",), "L": 16})
+    assert eval.main(["--experiment", "encodings", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
+    assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "out"]) == 0
+    probe = json.loads((tmp_path / "out" / "encodings-probe.json").read_text())
+    data = json.loads((tmp_path / "out" / "encodings.json").read_text())
+    assert data["probe"] == {k: v for k, v in probe.items() if k != "commands"}
+    markdown = (tmp_path / "out" / "encodings.md").read_text()
+    assert "**How this design was chosen**" in markdown and probe["command"] in markdown
+    fits = probe["fits"]["latest_recall"]
+    assert all(f"| {label} | {common.probe_cell(fit)} |" in markdown for label, fit in fits.items())
+    assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "other"]) == 0
+    assert "**How the grid was chosen**" in (tmp_path / "other" / "encodings.md").read_text()
