@@ -80,9 +80,11 @@ POSITIONS = ("contiguous", "randomized")
 MULTIPLES = (1, 2, 4, 8)  # evaluation lengths, as multiples of L; common.beyond: the mean of 2L, 4L and 8L
 
 
-def variants() -> list[tuple[str, str]]:
-    """(encoding, positions) of every model trained per task and seed."""
-    return [(e, p) for e in ENCODINGS for p in POSITIONS if not (e == "nope" and p == "randomized")]
+def variants(setup: dict | None = None) -> list[tuple[str, str]]:
+    """(encoding, positions) of every model trained per task and seed: every encoding with contiguous ids, and
+    with randomized ids those of setup["randomized"] (default: all but NoPE)."""
+    randomized = (setup or {}).get("randomized", [e for e in ENCODINGS if e != "nope"])
+    return [(e, p) for e in ENCODINGS for p in POSITIONS if p == "contiguous" or e in randomized]
 
 
 def label(encoding: str, positions: str) -> str:
@@ -184,7 +186,7 @@ def shown(g: dict, what: str = "tasks") -> str:
 def claims(accuracy: dict, steps: dict, tasks_: list[str]) -> dict:
     """The claims table: its comparisons decided as one family (pooled randomized gain, each pairwise comparison
     of the two "X is best" claims, xPos - RoPE); the by-encoding and at-L numbers are shown, not tested."""
-    randomized = [e for e in ENCODINGS if e != "nope"]
+    randomized = [e for e in ENCODINGS if e != "nope" and label(e, "randomized") in accuracy[tasks_[0]]]
     pairs = [(t, label(e, "randomized"), e) for e in randomized for t in tasks_]
     family = {"randomized positions help": gain(accuracy, steps, pairs),
               "xPos beats RoPE": gain(accuracy, steps, [(t, "xpos", "rope") for t in tasks_])}
@@ -216,8 +218,8 @@ def claims(accuracy: dict, steps: dict, tasks_: list[str]) -> dict:
 # Markdown and figure
 # ---------------------------------------------------------------------------------------------------------
 
-def rows() -> list[str]:
-    return [label(e, p) for e, p in variants()]
+def rows(setup: dict) -> list[str]:
+    return [label(e, p) for e, p in variants(setup)]
 
 
 def grid(data: dict, at) -> list[str]:
@@ -226,7 +228,7 @@ def grid(data: dict, at) -> list[str]:
     tasks_ = data["settings"]["tasks"]
     out = ["| encoding | " + " | ".join(f"{t} ({chance(t):.2f})" for t in tasks_) + " | mean of fitted |",
            "|---|" + "---:|" * (len(tasks_) + 1)]
-    for row in rows():
+    for row in rows(data["settings"]):
         cells, kept = [], []
         for t in tasks_:
             values = [at(a) for a in data["accuracy"][t][row]]
@@ -241,7 +243,7 @@ def grid(data: dict, at) -> list[str]:
 def steps_grid(data: dict) -> list[str]:
     tasks_ = data["settings"]["tasks"]
     out = ["| encoding | " + " | ".join(tasks_) + " | cells fitted |", "|---|" + "---:|" * (len(tasks_) + 1)]
-    for row in rows():
+    for row in rows(data["settings"]):
         per_task = [data["steps_to_fit"][t][row] for t in tasks_]
         cells = [", ".join("—" if s is None else str(s) for s in per_seed) for per_seed in per_task]
         count = sum(cell_fitted(data["steps_to_fit"], t, row) for t in tasks_)
@@ -257,7 +259,7 @@ def choice(data: dict) -> list[str]:
     probe = data["probe"]
     return ["**How this design was chosen** (before the run, from `results/encodings-probe.md`: one seed a cell, "
             f"to {probe['settings']['cap']} steps, at L only). " + probe_cost(probe), "",
-            *probe_table(probe["fits"], rows(), "encoding"), "", DESIGN, ""]
+            *probe_table(probe["fits"], rows(probe["settings"]), "encoding"), "", DESIGN, ""]
 
 
 def choice_before_the_probe(setup: dict) -> list[str]:
@@ -325,7 +327,7 @@ def summary(data: dict) -> str:
 
 
 def figure(data: dict):
-    tasks_, labels = data["settings"]["tasks"], rows()
+    tasks_, labels = data["settings"]["tasks"], rows(data["settings"])
     cap = data["settings"]["cap"]
 
     def matrix(at):
@@ -372,7 +374,7 @@ def probe_markdown(data: dict) -> str:
            "extrapolate. Task settings: " + ("; ".join(f"{t} " + ", ".join(f"{k}={v}" for k, v in o.items())
                                                           for t, o in TASK_OPTIONS.items()) or "defaults")
            + f"; ALiBi with the {ALIBI_SLOPE_HEADS}-head slopes. Steps to fit, or the last check's accuracy:", ""]
-    out += probe_table(data["fits"], rows(), "encoding")
+    out += probe_table(data["fits"], rows(data["settings"]), "encoding")
     out += ["", "Every model's train.py command: `results/encodings-probe.json`."]
     return "\n".join(out) + "\n"
 
@@ -381,7 +383,7 @@ def run_probe(args, setup: dict) -> None:
     """--probe: one seed of every cell, each trained until it fits or the cap (common.fit_of)."""
     root = os.path.join("runs", "encodings", "probe")
     since = (time.perf_counter(), cpu_seconds())
-    cells = [(t, e, p) for t in setup["tasks"] for e, p in variants()]
+    cells = [(t, e, p) for t in setup["tasks"] for e, p in variants(setup)]
     argvs = [model_argv(t, e, p, setup["seeds"][0], setup, root, args.device) for t, e, p in cells]
     with tqdm(total=len(argvs), desc="encodings probe") as bar:
         results = map_jobs(fit_of, argvs, args.jobs, args.threads or 1, bar)
@@ -408,13 +410,13 @@ def run(args) -> None:
         return run_probe(args, setup)
     root = os.path.join("runs", "encodings", scale)
     since = (time.perf_counter(), cpu_seconds())
-    jobs = [(t, e, p, seed, setup, root, args.device) for t in setup["tasks"] for e, p in variants()
+    jobs = [(t, e, p, seed, setup, root, args.device) for t in setup["tasks"] for e, p in variants(setup)
             for seed in setup["seeds"]]
     with tqdm(total=len(jobs), desc="encodings") as bar:
         results = map_jobs(train_and_measure, jobs, args.jobs, args.threads or 1, bar)
     # accuracy[task][variant label]: one list of accuracies at MULTIPLES x L per seed; steps_to_fit likewise
-    accuracy = {t: {label(e, p): [] for e, p in variants()} for t in setup["tasks"]}
-    steps = {t: {label(e, p): [] for e, p in variants()} for t in setup["tasks"]}
+    accuracy = {t: {label(e, p): [] for e, p in variants(setup)} for t in setup["tasks"]}
+    steps = {t: {label(e, p): [] for e, p in variants(setup)} for t in setup["tasks"]}
     for (t, e, p, _, _, _, _), result in zip(jobs, results):
         accuracy[t][label(e, p)].append(result["accuracy"])
         steps[t][label(e, p)].append(result["steps_to_fit"])

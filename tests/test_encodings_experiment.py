@@ -2,6 +2,7 @@
 import importlib.util
 import json
 
+import pytest
 import torch
 
 import eval
@@ -19,7 +20,7 @@ def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # runs/ and results/ land in the temporary directory
     assert eval.main(["--experiment", "encodings", "--quick", "--threads", "1"]) == 0
     data = json.loads((tmp_path / "results" / "quick" / "encodings.json").read_text())
-    labels = [exp.label(e, p) for e, p in exp.variants()]
+    labels = [exp.label(e, p) for e, p in exp.variants(QUICK)]
     assert len(labels) == 2 * len(exp.ENCODINGS) - 1 and "nope + rand" not in labels and "fire + rand" in labels
     assert list(data["accuracy"]) == list(QUICK["tasks"])
     for by_variant in data["accuracy"].values():
@@ -31,7 +32,7 @@ def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
     assert data["claims"] == json.loads(json.dumps(claims)) and data["caption"] == caption
     cap, every = QUICK["cap"], QUICK["every"]
     for t in QUICK["tasks"]:  # steps to fit: per seed, a checked step within the cap, as the run's fit.json says
-        for e, p in exp.variants():
+        for e, p in exp.variants(QUICK):
             for seed, steps in zip(QUICK["seeds"], data["steps_to_fit"][t][exp.label(e, p)]):
                 assert steps is None or (steps % every == 0 and steps <= cap)
                 run = tmp_path / "runs" / "encodings" / "quick" / t / f"{e}-{p}-s{seed}"
@@ -50,7 +51,7 @@ def synthetic(beyond_of, fits=lambda row, task: True):
     L) on every task, and fitted (at step 500) where fits(v, task)."""
     tasks_ = ("copy", "reverse")
     accuracy = {t: {exp.label(e, p): [[1.0] + [beyond_of(exp.label(e, p), seed)] * 3 for seed in (0, 1, 2)]
-                    for e, p in exp.variants()} for t in tasks_}
+                    for e, p in exp.variants(QUICK)} for t in tasks_}
     steps = {t: {row: [500 if fits(row, t) else None] * 3 for row in accuracy[t]} for t in tasks_}
     return accuracy, steps, list(tasks_)
 
@@ -153,9 +154,9 @@ def test_probe_records_each_cells_fit_and_measures_nothing_beyond_L(tmp_path, mo
     monkeypatch.setattr(exp, "evaluate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured")))
     assert eval.main(["--experiment", "encodings", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
     data = json.loads((tmp_path / "out" / "encodings-probe.json").read_text())
-    labels = [exp.label(e, p) for e, p in exp.variants()]
+    labels = [exp.label(e, p) for e, p in exp.variants(QUICK)]
     assert list(data["fits"]) == ["latest_recall"] and list(data["fits"]["latest_recall"]) == labels
-    for (e, p), label in zip(exp.variants(), labels):
+    for (e, p), label in zip(exp.variants(QUICK), labels):
         fit = runs.read_fit(str(tmp_path / "runs" / "encodings" / "probe" / "latest_recall" / f"{e}-{p}-s0"))
         assert data["fits"]["latest_recall"][label] == {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1]}
         assert fit["checks"][-1][0] <= 20
@@ -186,3 +187,17 @@ def test_the_default_grid_shows_the_probe_that_planned_it(tmp_path, monkeypatch)
     assert all(f"| {label} | {common.probe_cell(fit)} |" in markdown for label, fit in fits.items())
     assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "other"]) == 0
     assert "**How the grid was chosen**" in (tmp_path / "other" / "encodings.md").read_text()
+
+
+def test_a_grid_with_fewer_randomized_variants_compares_only_those():
+    """setup["randomized"] names the encodings trained with randomized ids as well. Bugs caught: NoPE counted as
+    randomized (its label is the same either way), or a claim reaching for a variant that was not trained."""
+    chosen = exp.variants({"randomized": ("rope",)})
+    assert sorted(chosen) == sorted([(e, "contiguous") for e in exp.ENCODINGS] + [("rope", "randomized")])
+    accuracy, steps, tasks_ = synthetic(lambda row, seed: 0.9 if row == "rope + rand" else 0.5)
+    keep = {"nope", "rope", "rope + rand", *exp.KAZEMNEJAD, *exp.FIRE_FIELD, "xpos"}
+    accuracy = {t: {row: v for row, v in by.items() if row in keep} for t, by in accuracy.items()}
+    steps = {t: {row: v for row, v in by.items() if row in keep} for t, by in steps.items()}
+    result, _ = exp.claims(accuracy, steps, tasks_)
+    pooled = result["randomized positions help"]
+    assert pooled["per_unit"] == pytest.approx([0.4] * 3) and pooled["of"] == len(tasks_)
