@@ -401,6 +401,9 @@ def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
           f"| seeds | best of 5 | (A) {setup['seeds']}, size 1, (B) {setup['diversity_seeds']}, "
           f"(C) {setup['transfer_seeds']}; "
           "mean ± sd and the best seed (highest cumulative accuracy) |",
+          *([f"| ALiBi's slopes | the paper's rule for 8 heads | the {data['alibi_slope_heads']}-head slopes, "
+             f"evenly spaced over {heads} heads (the rule for {heads} heads is nearly flat over this window) |"]
+            if "alibi_slope_heads" in data else []),
           f"| encodings | NoPE, RoPE, ALiBi | all three in size and (A); (B) "
           f"{', '.join(setup['diversity_encodings'])}; (C) {', '.join(setup['transfer_encodings'])} |"]
     if data["scale"] != "full":
@@ -647,6 +650,6 @@ def run(args) -> None:
                f"{os.getloadavg()[0]:.1f} at the end)")
     data = {"command": command_line(args), "scale": scale, "settings": setup, "runtime_s": time.perf_counter() - start,
             "machine": machine,
-            "transfer_margin": TRANSFER_MARGIN, **measured}
+            "transfer_margin": TRANSFER_MARGIN, "alibi_slope_heads": ALIBI_SLOPE_HEADS, **measured}
     data["verdicts"], data["caption"] = claims(setup, measured)
     write_results("distance", markdown(data, args.jobs, args.threads or 1), data, figure(data), args.out_dir)

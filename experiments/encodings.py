@@ -290,7 +290,10 @@ def markdown(data: dict) -> str:
            f"{', '.join(str(m * L) for m in MULTIPLES)} tokens, the same for every model; seeds "
            f"{', '.join(map(str, setup['seeds']))}. '+ rand' (Ruoss et al.'s protocol): in training and at "
            f"evaluation, position ids are a sorted random draw from [0, {8 * L}); the others use contiguous ids. "
-           f"Beyond L = the mean of {', '.join(str(m * L) for m in MULTIPLES[1:])}" + (
+           + (f"ALiBi takes the paper's {data['alibi_slope_heads']}-head slopes, evenly spaced over its 2 heads (1/2, "
+              "1/32; the rule for 2 heads, 1/16 and 1/256, is nearly flat over 32 tokens). "
+              if "alibi_slope_heads" in data else "")
+           + f"Beyond L = the mean of {', '.join(str(m * L) for m in MULTIPLES[1:])}" + (
                f", each scored only on the answer tokens at index >= {L}, which no training sequence reached (shift "
                "answers at every index; the other tasks at the end)." if data.get("scored_from_L") else
                ", scored on every answer token (shift's below L too)."), "",
@@ -423,7 +426,8 @@ def run(args) -> None:
     data = {"command": command_line(args), "runtime": runtime(since, args), "scale": scale, "settings": setup,
             "fit_bar": FIT_BAR, "models": len(jobs), "steps_trained": sum(r["steps"] for r in results),
             "lengths": [m * setup["L"] for m in MULTIPLES], "threshold": THRESHOLD,
-            "chance": {t: chance(t) for t in setup["tasks"]}, "scored_from_L": True, "accuracy": accuracy,
+            "chance": {t: chance(t) for t in setup["tasks"]}, "scored_from_L": True,
+            "alibi_slope_heads": ALIBI_SLOPE_HEADS, "accuracy": accuracy,
             "steps_to_fit": steps, "commands": ["python train.py " + " ".join(model_argv(*job)) for job in jobs]}
     if scale == "default":  # the probe that planned it, when it is on record beside the results
         try:

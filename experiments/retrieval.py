@@ -705,7 +705,10 @@ def markdown(data: dict) -> str:
                 if data.get("linear_steps", data["steps"]) != data["steps"] else "")
              + f", seeds {', '.join(map(str, data['seeds']))}; one attention-only layer, one "
              f"head of dim {2 * data['rope_planes']}, AdamW lr 1e-3, no weight decay. Spreads are mean [min, max] "
-             "over every seed and offset.", "",
+             "over every seed and offset."
+             + (f" ALiBi's head takes the steepest of the paper's {data['alibi_slope_heads']}-head slopes, 1/2 (its "
+                "rule for one head gives 1/256, nearly NoPE over 24 tokens)." if "alibi_slope_heads" in data else ""),
+             "",
              f"A claim about heads beyond their training length is only decided on heads that learned the task "
              f"(mean accuracy >= {FIT_BAR} where they trained); otherwise its verdict is *{UNFIT}*.", "",
              "| claim | paper's prediction | measured | threshold | verdict |", "|---|---|---|---|---|"]
@@ -764,7 +767,7 @@ def run(args) -> None:
     data = {"command": command_line(args),
             "scale": scale, "threads": threads, "symbols": SYMBOLS, "offsets": setup["offsets"],
             "seeds": setup["seeds"], "steps": setup["steps"], "linear_steps": setup["linear_steps"], "train_max": hi,
-            "controls": setup["controls"],
+            "controls": setup["controls"], "alibi_slope_heads": ALIBI_SLOPE_HEADS,
             "rope_planes": HEAD_DIM // 2, **collect(models, results)}
     data["sweep_summary"] = sweep_summary(data["sweep"])
     data["claims"] = claims(data)

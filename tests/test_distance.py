@@ -24,6 +24,7 @@ def test_distance_quick_reports_what_its_models_measure(tmp_path, monkeypatch):
     for heading in ("## Verdicts", "## Size", "## (A, delay copy)", "## (A, selective copy)", "## (B) Diversity",
                     "## (C) Transfer"):
         assert heading in md
+    assert "| ALiBi's slopes | the paper's rule for 8 heads | the 8-head slopes, evenly spaced over 4 heads" in md
     data = json.loads((out / "distance.json").read_text())
     assert set(data["verdicts"]) == {"size", "A, delay copy", "A, selective copy", "B", "C"}
     # every curve covers every delay from 0 to 4x the band's top

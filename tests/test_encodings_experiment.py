@@ -42,6 +42,7 @@ def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
     markdown = (tmp_path / "results" / "quick" / "encodings.md").read_text()
     assert "python eval.py --experiment encodings --quick --threads 1" in markdown
     assert all(claim in markdown for claim in exp.PAPER)
+    assert data["alibi_slope_heads"] == 8 and "ALiBi takes the paper's 8-head slopes" in markdown
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "results" / "quick" / "encodings.png").stat().st_size > 0
 
