@@ -164,7 +164,8 @@ def check_eval(argv: list[str], processes: int = 1, run: bool = True, monkeypatc
     args = evaluate.build_parser().parse_args(argv)
     reached = []
     if args.experiment or args.bench:
-        experiment = types.SimpleNamespace(run=lambda a: reached.append(a))
+        real = importlib.import_module(f"experiments.{args.experiment}") if args.experiment else None
+        experiment = types.SimpleNamespace(run=lambda a: reached.append(a), SCALES=getattr(real, "SCALES", {}))
         monkeypatch.setattr(evaluate, "importlib", types.SimpleNamespace(import_module=lambda name: experiment))
         extra = ["--device", "cpu"]
     elif args.llm:
