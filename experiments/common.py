@@ -11,8 +11,7 @@ is the machinery under those stories:
   units, a table at a time, Holm-adjusted; THRESHOLD), unit_verdict (a table of one), all_of (a claim that
   needs several comparisons);
 - running: map_jobs (--jobs N worker processes), train_once (a run trained once), fit_of (a probe's model;
-  probe_cost and probe_table report them), cpu_seconds
-  and runtime (what a run took).
+  probe_cost and probe_table report them), cpu_seconds and runtime (what a run took).
 How an experiment is found by its name and started (scale_name, command_line, check_out_dir, run_experiment)
 is eval.py's command line.
 
