@@ -11,7 +11,7 @@ is the machinery under those stories:
   units, a table at a time, Holm-adjusted; THRESHOLD), unit_verdict (a table of one), all_of (a claim that
   needs several comparisons);
 - running: map_jobs (--jobs N worker processes), train_once (a run trained once), fit_of (a probe's model;
-  probe_cost and probe_table report them), cpu_seconds and runtime (what a run took).
+  probe trains them all, probe_cost and probe_table report them), cpu_seconds and runtime (what a run took).
 How an experiment is found by its name and started (scale_name, command_line, check_out_dir, run_experiment)
 is eval.py's command line.
 
@@ -35,7 +35,7 @@ import time
 import torch
 
 import train
-from eval import pyplot, save_figure, t_interval, t_tail
+from eval import command_line, pyplot, save_figure, t_interval, t_tail
 from runs import Interrupted, UsageError, read_fit, save_atomic, signals_deferred
 
 # ---------------------------------------------------------------------------------------------------------
@@ -439,6 +439,19 @@ def fit_of(argv: list[str]) -> dict:
     the training length is measured: a probe plans which cells a run can afford, never by their results."""
     fit = read_fit(train_once(argv)["run"])
     return {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1]}
+
+
+def probe(cells: list[tuple[str, str, list[str]]], args, setup: dict, bar=None) -> dict:
+    """Train a probe's models, one (column, row, train.py argv) a cell, --jobs at a time (fit_of), and return
+    the record every probe keeps: its command, what it took, its settings, fits[column][row], every command."""
+    since = (time.perf_counter(), cpu_seconds())
+    results = map_jobs(fit_of, [argv for *_, argv in cells], args.jobs, args.threads or 1, bar)
+    fits = {}
+    for (column, row, _), result in zip(cells, results):
+        fits.setdefault(column, {})[row] = result
+    return {"command": command_line(args), "runtime": runtime(since, args), "settings": setup, "fit_bar": FIT_BAR,
+            "fits": fits, "models": len(cells), "steps_trained": sum(r["last"][0] for r in results),
+            "commands": ["python train.py " + " ".join(argv) for *_, argv in cells]}
 
 
 def probe_cell(fit: dict) -> str:

@@ -24,10 +24,10 @@ import time
 
 import torch
 
-from eval import command_line, evaluate_table, load_run, plot_curves, scale_name
-from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, THRESHOLD, UNFIT, all_of, caption, cpu_seconds, decide,
-                                fit_of, fmt, line_styles, map_jobs, probe_cost, probe_table, rerender, runtime,
-                                seed_curve, short, spread, train_once, write_results)
+from eval import command_line, evaluate_table, load_run, plot_curves, results_name, scale_name
+from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, THRESHOLD, UNFIT, all_of, caption, decide, fmt, line_styles,
+                                map_jobs, probe, probe_cost, probe_table, rerender, seed_curve, short, spread,
+                                train_once, write_results)
 
 DISTANCE_ENCODINGS = ("nope", "rope", "alibi")
 STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every panel
@@ -601,19 +601,11 @@ def render(data: dict):
 # ---------------------------------------------------------------------------------------------------------
 
 def run_probe(args, setup: dict) -> None:
-    """--probe: (A)'s models at seed 0 and every width, each trained until it fits or setup["steps"]."""
-    since = (time.perf_counter(), cpu_seconds())
-    cells = [(task, e, w) for task in ("delay_copy", "selective_copy") for e in DISTANCE_ENCODINGS
-             for w in setup["widths"]]
-    argvs = [model_argv(setup, "probe", args, task, e, 0, setup["band"], None, w)
-             + ["--fit-bar", str(FIT_BAR), "--fit-every", str(setup["every"])] for task, e, w in cells]
-    results = map_jobs(fit_of, argvs, args.jobs, args.threads or 1)
-    fits = {task: {} for task in ("delay_copy", "selective_copy")}
-    for (task, e, w), result in zip(cells, results):
-        fits[task][f"{e}, width {w}"] = result
-    data = {"command": command_line(args), "runtime": runtime(since, args), "settings": setup, "fit_bar": FIT_BAR,
-            "fits": fits, "models": len(argvs), "steps_trained": sum(r["last"][0] for r in results),
-            "commands": ["python train.py " + " ".join(argv) for argv in argvs]}
+    """--probe: (A)'s models at seed 0 and every width, each trained until it fits or setup["steps"] (common.probe)."""
+    cells = [(task, f"{e}, width {w}", model_argv(setup, "probe", args, task, e, 0, setup["band"], None, w)
+              + ["--fit-bar", str(FIT_BAR), "--fit-every", str(setup["every"])])
+             for task in ("delay_copy", "selective_copy") for e in DISTANCE_ENCODINGS for w in setup["widths"]]
+    data = probe(cells, args, setup)
     rows = [f"{e}, width {w}" for e in DISTANCE_ENCODINGS for w in setup["widths"]]
     md = ["# Paper D's probe: steps to fit the training band, one seed a model", "", probe_cost(data), "",
           f"(A)'s models (window {setup['window']}, m {setup['m']}, {setup['symbols']} symbols, delays "
@@ -621,9 +613,9 @@ def run_probe(args, setup: dict) -> None:
           f"decay over {setup['steps']} steps; ALiBi with the {ALIBI_SLOPE_HEADS}-head slopes), seed 0, trained until "
           f"accuracy >= {FIT_BAR} on held-out windows at the band's delays (checked every {setup['every']} steps) "
           f"or {setup['steps']} steps; nothing outside the band is measured. Steps to fit, or the last check's "
-          "accuracy:", "", *probe_table(fits, rows, "model"), "",
+          "accuracy:", "", *probe_table(data["fits"], rows, "model"), "",
           "Every model's train.py command: `results/distance-probe.json`."]
-    write_results("distance-probe", "\n".join(md) + "\n", data, None, args.out_dir)
+    write_results(results_name("distance", args), "\n".join(md) + "\n", data, None, args.out_dir)
 
 
 # ---------------------------------------------------------------------------------------------------------

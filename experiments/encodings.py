@@ -30,9 +30,9 @@ from tqdm import tqdm
 import lengen
 import tasks
 import train
-from eval import command_line, evaluate, load_run, scale_name
+from eval import command_line, evaluate, load_run, results_name, scale_name
 from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, THRESHOLD, UNFIT, all_of, beyond, caption, cpu_seconds,
-                                decide, fit_of, fmt, map_jobs, probe_cost, probe_table, rerender, runtime, short,
+                                decide, fmt, map_jobs, probe, probe_cost, probe_table, rerender, runtime, short,
                                 spread, train_once, write_results)
 from runs import read_fit
 
@@ -383,21 +383,14 @@ def probe_markdown(data: dict) -> str:
 
 
 def run_probe(args, setup: dict) -> None:
-    """--probe: one seed of every cell, each trained until it fits or the cap (common.fit_of)."""
+    """--probe: one seed of every cell, each trained until it fits or the cap (common.probe)."""
     root = os.path.join("runs", "encodings", "probe")
-    since = (time.perf_counter(), cpu_seconds())
-    cells = [(t, e, p) for t in setup["tasks"] for e, p in variants(setup)]
-    argvs = [model_argv(t, e, p, setup["seeds"][0], setup, root, args.device) for t, e, p in cells]
-    with tqdm(total=len(argvs), desc="encodings probe") as bar:
-        results = map_jobs(fit_of, argvs, args.jobs, args.threads or 1, bar)
-    fits = {t: {} for t in setup["tasks"]}
-    for (t, e, p), result in zip(cells, results):
-        fits[t][label(e, p)] = result
-    data = {"command": command_line(args), "runtime": runtime(since, args), "settings": setup, "fit_bar": FIT_BAR,
-            "task_options": TASK_OPTIONS, "fits": fits, "models": len(argvs),
-            "steps_trained": sum(r["last"][0] for r in results),
-            "commands": ["python train.py " + " ".join(argv) for argv in argvs]}
-    write_results("encodings-probe", probe_markdown(data), data, None, args.out_dir)
+    cells = [(t, label(e, p), model_argv(t, e, p, setup["seeds"][0], setup, root, args.device))
+             for t in setup["tasks"] for e, p in variants(setup)]
+    with tqdm(total=len(cells), desc="encodings probe") as bar:
+        data = probe(cells, args, setup, bar)
+    data["task_options"] = TASK_OPTIONS
+    write_results(results_name("encodings", args), probe_markdown(data), data, None, args.out_dir)
 
 
 # ---------------------------------------------------------------------------------------------------------
