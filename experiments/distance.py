@@ -28,35 +28,42 @@ from eval import command_line, evaluate_table, load_run, plot_curves, results_na
 from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, THRESHOLD, UNFIT, all_of, caption, decide, fmt, line_styles,
                                 map_jobs, probe, probe_cost, probe_table, rerender, seed_curve, short, spread,
                                 train_once, write_results)
+from runs import read_fit
 
 DISTANCE_ENCODINGS = ("nope", "rope", "alibi")
 STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every panel
 
 # Paper D: window 256, data tokens 0..127, m = 10, C and S on [15, 25], transfer with S on [25, 35] or [45, 55],
 # evaluation at d = 1..120; 8 layers x 512, 8 heads, 40K steps of batch 64, lr 3e-4, 3K warm-up, wd 0.05,
-# best of 5 seeds. "default" shrinks all of it until its 35 small models train in ~20 minutes on 2 shared
-# CPU cores; results/distance.md lists every change. Bands keep the paper's shape: a middle band, evaluation
-# to 4x its top, an adjacent band just above it and a separated one further out.
+# best of 5 seeds. Every model here trains until it fits its band (common.FIT_BAR on held-out windows at the
+# band's delays, checked every `every` steps) or `steps`, the cap. "default" shrinks the rest until its models
+# train in under an hour on 2 shared CPU cores, as its probe (below) measured them; results/distance.md lists
+# every change. Bands keep the paper's shape: a middle band, evaluation to 4x its top, an adjacent band just
+# above it and a separated one further out.
 SCALES = {
     "quick": dict(window=24, symbols=16, m=2, band=(4, 4), adjacent=(5, 6), separated=(9, 10), top=16,
-                  layers=2, heads=4, widths=(32,), width=32, steps=200, batch=32, lr=3e-3, warmup=20, wd=0.05,
-                  seeds=1, diversity=(2, 8), diversity_encodings=("rope",), diversity_seeds=1,
+                  layers=2, heads=4, widths=(32,), width=32, steps=200, every=50, batch=32, lr=3e-3, warmup=20,
+                  wd=0.05, seeds=1, size_seeds=1, diversity=(2, 8), diversity_encodings=("rope",), diversity_seeds=1,
                   transfer_encodings=("rope",), transfer_seeds=1, samples=64),
     "default": dict(window=32, symbols=16, m=2, band=(3, 5), adjacent=(6, 8), separated=(12, 14), top=20,
-                    layers=2, heads=4, widths=(32, 64), width=32, steps=1100, batch=32, lr=2e-3, warmup=100,
-                    wd=0.05, seeds=3, diversity=(1, 3, 6, 10), diversity_encodings=("rope", "alibi"),
-                    diversity_seeds=1, transfer_encodings=DISTANCE_ENCODINGS, transfer_seeds=1, samples=128),
+                    layers=4, heads=4, widths=(32, 64), width=64, steps=6000, every=100, batch=32, lr=2e-3,
+                    warmup=100, wd=0.05, seeds=3, size_seeds=3, diversity=(1, 3, 6, 10),
+                    diversity_encodings=("rope", "alibi"), diversity_seeds=3, transfer_encodings=("rope", "alibi"),
+                    transfer_seeds=3, samples=128),
     "full": dict(window=256, symbols=128, m=10, band=(15, 25), adjacent=(25, 35), separated=(45, 55), top=120,
-                 layers=8, heads=8, widths=(128, 256, 512), width=512, steps=40000, batch=64, lr=3e-4,
-                 warmup=3000, wd=0.05, seeds=5, diversity=(5, 10, 20, 30, 50),
+                 layers=8, heads=8, widths=(128, 256, 512), width=512, steps=40000, every=500, batch=64, lr=3e-4,
+                 warmup=3000, wd=0.05, seeds=5, size_seeds=5, diversity=(5, 10, 20, 30, 50),
                  diversity_encodings=DISTANCE_ENCODINGS, diversity_seeds=5, transfer_encodings=DISTANCE_ENCODINGS,
                  transfer_seeds=5, samples=256),
 }
 
-# eval.py --experiment distance --probe: (A)'s models, seed 0, at three widths, each trained until it fits its
-# band (common.FIT_BAR, checked every 100 steps) or 6000 steps (Paper D trains 40K steps at window 256, ~156 a
-# token of window: ~5000 at this window), to learn what fitting takes before the default is planned.
-SCALES["probe"] = {**SCALES["default"], "steps": 6000, "every": 100, "widths": (32, 64, 128), "samples": 0}
+# eval.py --experiment distance --probe: (A)'s models, seed 0, at every width of the size sweep, each trained
+# until it fits its band or 6000 steps (Paper D trains 40K steps at window 256, ~156 a token of window: ~5000
+# at this window), to learn what fitting takes before the default is planned. Why 4 layers: the first probe, at
+# 2 layers (results/distance-probe.md at commit 9507a7c), fitted RoPE and ALiBi at widths 32-128 and NoPE at
+# none, C or S, in 6000 steps; by hand, NoPE at 4 layers x 64 fitted C at step 3900 (the probe's own command
+# with --layers 4 --steps 8000).
+SCALES["probe"] = {**SCALES["default"], "steps": 6000, "every": 100, "samples": 0}
 
 # A region's transfer counts as positive or negative only beyond this accuracy difference: one seed's accuracy
 # at one delay, over 128 sequences, has a standard error up to ~0.04, and a region averages several delays.
@@ -92,14 +99,15 @@ def model_argv(setup: dict, scale: str, args, task: str, encoding: str, seed: in
         argv += ["--alibi-slope-heads", str(ALIBI_SLOPE_HEADS)]
     if selective:
         argv += ["--selective-delays", f"{selective[0]}:{selective[1]}"]
-    return argv
+    return argv + ["--fit-bar", str(FIT_BAR), "--fit-every", str(setup["every"])]
 
 
 def distance_curve(setup: dict, scale: str, args, task: str, encoding: str, seed: int, delays: tuple[int, int],
-                   selective: tuple[int, int] | None = None, width: int | None = None) -> list[dict]:
-    """Train one model (runs/distance/SCALE/NAME) and return its accuracy at every delay 0..top: on S for a
-    selective_copy model, otherwise on C alone (so a mixed_copy model is measured on the task it shares with
-    its single-task twin)."""
+                   selective: tuple[int, int] | None = None, width: int | None = None) -> dict:
+    """Train one model (runs/distance/SCALE/NAME) until it fits or the cap, and return its accuracy at every
+    delay 0..top ("rows"): on S for a selective_copy model, otherwise on C alone (so a mixed_copy model is
+    measured on the task it shares with its single-task twin); and the step it fitted at (None: not within
+    the cap), from train.py's fit record."""
     argv = model_argv(setup, scale, args, task, encoding, seed, delays, selective, width)
     out, name = argv[argv.index("--out") + 1], os.path.basename(argv[argv.index("--out") + 1])
     start = time.perf_counter()
@@ -110,10 +118,10 @@ def distance_curve(setup: dict, scale: str, args, task: str, encoding: str, seed
                               task_options={"symbols": setup["symbols"], "m": setup["m"], "delays": delays})
     rows, _ = evaluate_table(model, cfg, delays=range(setup["top"] + 1), samples=setup["samples"], device=args.device)
     print(f"  {name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
-    return rows
+    return {"rows": rows, "steps_to_fit": read_fit(out)["steps_to_fit"]}
 
 
-def curve_worker(job) -> list[dict]:
+def curve_worker(job) -> dict:
     """distance_curve in this process or a --jobs worker (a module-level function, so that a spawned process
     can run it)."""
     return distance_curve(*job)
@@ -127,7 +135,8 @@ def planned_models(setup: dict):
         for e in DISTANCE_ENCODINGS:
             yield from ((task, e, seed, band, None, width) for seed in range(setup["seeds"]))
     for w in setup["widths"]:
-        yield from (("delay_copy", e, 0, band, None, w) for e in DISTANCE_ENCODINGS)
+        yield from (("delay_copy", e, seed, band, None, w) for e in DISTANCE_ENCODINGS
+                    for seed in range(setup["size_seeds"]))
     for e in setup["diversity_encodings"]:
         for d_max in setup["diversity"]:
             yield from (("delay_copy", e, seed, (0, d_max), None, width) for seed in range(setup["diversity_seeds"]))
@@ -138,12 +147,13 @@ def planned_models(setup: dict):
                             ("mixed_copy", e, seed, band, setup[setting], width))
 
 
-def over_seeds(curves: list[list[dict]], inside) -> dict:
-    """Accuracy at every delay as the mean and sd over seeds, and the best seed's curve. Paper D reports the
-    best of 5 seeds without naming the criterion; here "best" is the seed with the highest cumulative
-    accuracy (sum over every evaluated delay). inside(d) tells the training range, for the in/out sums."""
-    delays = [r["delay"] for r in curves[0]]
-    acc = torch.tensor([[r["accuracy"] for r in rows] for rows in curves])  # (seeds, delays)
+def over_seeds(curves: list[dict], inside) -> dict:
+    """Accuracy at every delay as the mean and sd over seeds, the best seed's curve, and each seed's step to
+    fit. Paper D reports the best of 5 seeds without naming the criterion; here "best" is the seed with the
+    highest cumulative accuracy (sum over every evaluated delay). inside(d) tells the training range, for the
+    in/out sums."""
+    delays = [r["delay"] for r in curves[0]["rows"]]
+    acc = torch.tensor([[r["accuracy"] for r in curve["rows"]] for curve in curves])  # (seeds, delays)
     trained = torch.tensor([inside(d) for d in delays])
     in_sum, out_sum = acc[:, trained].sum(1), acc[:, ~trained].sum(1)
     best = int(acc.sum(1).argmax())
@@ -151,7 +161,8 @@ def over_seeds(curves: list[list[dict]], inside) -> dict:
     return {"delays": delays, "mean": acc.mean(0).tolist(), "sd": sd.tolist(), "best_seed": best,
             "best": acc[best].tolist(), "per_seed": acc.tolist(), "in_mean": acc[:, trained].mean(1).tolist(),
             "in_sum": in_sum.tolist(), "out_sum": out_sum.tolist(),
-            "ratio": (out_sum / in_sum.clamp(min=1e-9)).tolist()}
+            "ratio": (out_sum / in_sum.clamp(min=1e-9)).tolist(),
+            "steps_to_fit": [curve["steps_to_fit"] for curve in curves]}
 
 
 REGIONS = ("C range", "unseen", "S range", "below", "between", "beyond")
@@ -190,11 +201,11 @@ def parts(setup: dict, trained: dict) -> dict:
     def in_band(d):
         return lo <= d <= hi
 
-    # (A); its seed-0 C models at the chosen width are also the size sweep's models at that width
+    # (A); its C models at the chosen width are also the size sweep's models at that width
     part_a = {task: {e: over_seeds(curves(task, e, setup["seeds"], setup["band"]), in_band) for e in DISTANCE_ENCODINGS}
               for task in ("delay_copy", "selective_copy")}
-    size = {w: {e: over_seeds(curves("delay_copy", e, 1, setup["band"], width=w), in_band) for e in DISTANCE_ENCODINGS}
-            for w in setup["widths"]}
+    size = {w: {e: over_seeds(curves("delay_copy", e, setup["size_seeds"], setup["band"], width=w), in_band)
+                for e in DISTANCE_ENCODINGS} for w in setup["widths"]}
     part_b = {e: {d_max: over_seeds(curves("delay_copy", e, setup["diversity_seeds"], (0, d_max)),
                                     lambda d, d_max=d_max: d <= d_max)
                   for d_max in setup["diversity"]} for e in setup["diversity_encodings"]}
@@ -239,8 +250,9 @@ def region_mean(result: dict, inside) -> list[float]:
 
 
 def fitted_seeds(*results: dict) -> tuple[list[int], bool]:
-    """The seeds on which every model fitted its band, and whether each fitted on two thirds of its seeds."""
-    fits = [[m >= FIT_BAR for m in r["in_mean"]] for r in results]
+    """The seeds on which every model fitted its band (train.py's fit check), and whether each fitted on two
+    thirds of its seeds."""
+    fits = [[s is not None for s in r["steps_to_fit"]] for r in results]
     common = [s for s in range(len(fits[0])) if all(f[s] for f in fits)]
     return common, all(3 * sum(f) >= 2 * len(f) for f in fits)
 
@@ -392,13 +404,14 @@ def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
           f"| widths in the size sweep | smaller than 512 (sizes not in our sources) | "
           f"{', '.join(map(str, setup['widths']))} |",
           "| MLP, dropout | ReLU, 0.1 | GELU, none (lengen's GPT; train.py has no dropout flag) |",
-          f"| steps x batch | 40K x 64 | {setup['steps']} x {setup['batch']} |",
+          f"| steps x batch | 40K x 64 | until it fits (>= {FIT_BAR} on held-out windows at its training delays, "
+          f"checked every {setup['every']} steps) or {setup['steps']}, x {setup['batch']} |",
           "| lr, warm-up, weight decay | 3e-4, 3K, 0.05 (AdamW) | "
           f"{setup['lr']:g}, {setup['warmup']}, {setup['wd']:g} (AdamW, "
-          "cosine decay to a tenth) |",
+          "cosine decay to a tenth over the cap) |",
           "| loss mask | R tokens, control tokens, first 18 positions | everything but reproduced tokens whose "
           "source lies inside the window (exact, instead of the first 18) |",
-          f"| seeds | best of 5 | (A) {setup['seeds']}, size 1, (B) {setup['diversity_seeds']}, "
+          f"| seeds | best of 5 | (A) {setup['seeds']}, size {setup['size_seeds']}, (B) {setup['diversity_seeds']}, "
           f"(C) {setup['transfer_seeds']}; "
           "mean ± sd and the best seed (highest cumulative accuracy) |",
           *([f"| ALiBi's slopes | the paper's rule for 8 heads | the {data['alibi_slope_heads']}-head slopes, "
@@ -426,16 +439,21 @@ def verdicts_section(data: dict) -> list[str]:
     return md
 
 
+def fitted_at(result: dict) -> str:
+    """Each seed's step to fit its band, '—' where it did not within the cap: '2600, —, 3100'."""
+    return ", ".join("—" if s is None else str(s) for s in result["steps_to_fit"])
+
+
 def size_section(data: dict) -> list[str]:
     setup = data["settings"]
-    md = ["## Size\n", f"Paper D: {PAPER_D_FINDINGS['size']}. Here: C trained on {span(setup['band'])}, seed 0 at "
-          "each width. In range: mean accuracy over the training band; cumulative: the sum of accuracy over every "
-          f"evaluated delay (at most {setup['top'] + 1}).\n",
-          "| width | " + " | ".join(f"{e} in range | {e} cumulative" for e in DISTANCE_ENCODINGS) + " |",
+    md = ["## Size\n", f"Paper D: {PAPER_D_FINDINGS['size']}. Here: C trained on {span(setup['band'])}, "
+          f"{setup['size_seeds']} seed(s) at each width. In range: mean accuracy over the training band (mean ± sd "
+          "over seeds); fitted: the seeds whose model reached the bar, and at which step (— not within the cap of "
+          f"{setup['steps']}).\n",
+          "| width | " + " | ".join(f"{e} in range | {e} fitted at" for e in DISTANCE_ENCODINGS) + " |",
           "|---:|" + "---:|" * 2 * len(DISTANCE_ENCODINGS)]
     for w, runs in data["size"].items():
-        cells = [f"{runs[e]['in_mean'][0]:.2f} | {runs[e]['in_sum'][0] + runs[e]['out_sum'][0]:.1f}"
-                 for e in DISTANCE_ENCODINGS]
+        cells = [f"{fmt(runs[e]['in_mean'], form='sd')} | {fitted_at(runs[e])}" for e in DISTANCE_ENCODINGS]
         md.append(f"| {w} | " + " | ".join(cells) + " |")
     return md + verdict_block(data["verdicts"]["size"])
 
@@ -447,12 +465,12 @@ def ordering_section(data: dict, task: str, label: str) -> list[str]:
     shown = sorted({0, lo - 1, lo, hi, hi + 1, 2 * hi, 3 * hi, 4 * hi} & set(range(setup["top"] + 1)))
     md = [f"## ({label})\n", f"Paper D: {PAPER_D_FINDINGS[label]}. Here: trained on {span(setup['band'])}, "
           f"{setup['seeds']} seed(s) per encoding; mean ± sd over seeds, and the best seed.\n",
-          "| encoding | in range | out-of-range sum | best seed: in range, out-of-range sum | " +
-          " | ".join(f"d={d}" for d in shown) + " |", "|---|---:|---:|---:|" + "---:|" * len(shown)]
+          "| encoding | fitted at | in range | out-of-range sum | best seed: in range, out-of-range sum | " +
+          " | ".join(f"d={d}" for d in shown) + " |", "|---|---|---:|---:|---:|" + "---:|" * len(shown)]
     for e in DISTANCE_ENCODINGS:
         r, b = runs[e], runs[e]["best_seed"]
         cells = [fmt([seed[r["delays"].index(d)] for seed in r["per_seed"]], form="sd") for d in shown]
-        md.append(f"| {e} | {fmt(r['in_mean'], form='sd')} | {fmt(r['out_sum'], '.1f', 'sd')} | "
+        md.append(f"| {e} | {fitted_at(r)} | {fmt(r['in_mean'], form='sd')} | {fmt(r['out_sum'], '.1f', 'sd')} | "
                   f"{r['in_mean'][b]:.2f}, {r['out_sum'][b]:.1f} | " + " | ".join(cells) + " |")
     return md + verdict_block(data["verdicts"][label])
 
@@ -481,9 +499,9 @@ def transfer_section(data: dict) -> list[str]:
     md = ["## (C) Transfer\n", f"Paper D: {PAPER_D_FINDINGS['C']}. Here: mixed_copy trains C on "
           f"{span(setup['band'])} together with S on {span(setup['adjacent'])} (adjacent) or "
           f"{span(setup['separated'])} "
-          "(separated), half the episodes each; C alone is the (A) model with the same seed. Both are measured "
-          "on C, after the same number of steps, so the mixed model has seen half as many C episodes: where "
-          "models are not converged, that alone can lower C in its own range. Cells: C's mean accuracy change "
+          "(separated), half the episodes each; C alone is the (A) model with the same seed. Each trains until it "
+          "fits its own mix (the mixed model: C and S together) or the cap; both are measured on C. Cells: C's "
+          "mean accuracy change "
           f"(mixed minus alone) in each region, {setup['transfer_seeds']} seed(s).\n",
           "| setting | encoding | C alone in range | C range | unseen (all) | below | between | S range | beyond |",
           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -518,9 +536,10 @@ def encoding_lines(ax, series: dict[str, tuple[list, list]], ms: float = 6) -> N
 
 def size_panel(ax, setup: dict, size: dict) -> None:
     widths = setup["widths"]
-    encoding_lines(ax, {e: (widths, [size[w][e]["in_mean"][0] for w in widths]) for e in DISTANCE_ENCODINGS})
-    ax.set(xticks=widths, ylim=(-0.02, 1.02), xlabel="width",
-           ylabel="in-range accuracy", title=f"size: C on {span(setup['band'])}, seed 0")
+    encoding_lines(ax, {e: (widths, [spread(size[w][e]["in_mean"])["mean"] for w in widths])
+                        for e in DISTANCE_ENCODINGS})
+    ax.set(xticks=widths, ylim=(-0.02, 1.02), xlabel="width", ylabel="in-range accuracy",
+           title=f"size: C on {span(setup['band'])}, mean of {setup['size_seeds']} seed(s)")
     ax.legend(fontsize=8)
 
 
@@ -568,8 +587,8 @@ def figure(data: dict):
         ax.set(ylim=(-0.02, 1.02), xlabel="delay", ylabel="accuracy", title="(A) delay copy, best seed")
         ax.legend(fontsize=8)
         fig.suptitle(f"Distance generalization (Paper D) at small scale: window {setup['window']}, m {setup['m']}, "
-                     f"{setup['symbols']} symbols, {setup['layers']} layers x {setup['width']}, {setup['steps']} "
-                     "steps")
+                     f"{setup['symbols']} symbols, {setup['layers']} layers x {setup['width']}, trained until "
+                     f"each fits or {setup['steps']} steps")
         fig.tight_layout()
         return fig
 
@@ -602,8 +621,7 @@ def render(data: dict):
 
 def run_probe(args, setup: dict) -> None:
     """--probe: (A)'s models at seed 0 and every width, each trained until it fits or setup["steps"] (common.probe)."""
-    cells = [(task, f"{e}, width {w}", model_argv(setup, "probe", args, task, e, 0, setup["band"], None, w)
-              + ["--fit-bar", str(FIT_BAR), "--fit-every", str(setup["every"])])
+    cells = [(task, f"{e}, width {w}", model_argv(setup, "probe", args, task, e, 0, setup["band"], None, w))
              for task in ("delay_copy", "selective_copy") for e in DISTANCE_ENCODINGS for w in setup["widths"]]
     data = probe(cells, args, setup)
     rows = [f"{e}, width {w}" for e in DISTANCE_ENCODINGS for w in setup["widths"]]

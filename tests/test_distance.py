@@ -68,9 +68,11 @@ def test_distance_quick_reports_what_its_models_measure(tmp_path, monkeypatch):
 
 
 def synthetic_ordering(in_means: dict, unseen: dict, band=(3, 5), top=8) -> dict:
-    """(A)'s curves, made up: per encoding and seed, accuracy in_mean inside the band and unseen outside it."""
+    """(A)'s curves, made up: per encoding and seed, accuracy in_mean inside the band and unseen outside it; a
+    seed fitted (at step 100) where in_mean reaches the bar."""
     delays = list(range(top + 1))
     return {e: {"delays": delays, "in_mean": in_means[e],
+                "steps_to_fit": [100 if i >= common.FIT_BAR else None for i in in_means[e]],
                 "per_seed": [[i if band[0] <= d <= band[1] else u for d in delays]
                              for i, u in zip(in_means[e], unseen[e])]} for e in in_means}
 
