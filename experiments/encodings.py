@@ -52,26 +52,15 @@ from runs import read_fit
 TASKS = ("copy", "reverse", "duplicate", "associative_recall", "retrieval", "shift", "latest_recall")
 SCALES = {
     "quick": dict(L=12, cap=20, every=10, seeds=(0,), samples=16, tasks=("reverse", "shift")),
-    "default": dict(L=32, cap=2500, every=100, seeds=(0, 1), samples=256, tasks=("reverse", "retrieval", "shift")),
+    # the cells its probe saw fit within the probe's cap (planned()), 5 seeds each, to twice that cap
+    "default": dict(L=32, cap=8000, every=100, seeds=(0, 1, 2, 3, 4), samples=256,
+                    tasks=("reverse", "retrieval", "shift", "latest_recall")),
     "full": dict(L=32, cap=12000, every=100, seeds=(0, 1, 2, 3, 4), samples=512, tasks=TASKS),
-    # eval.py --experiment encodings --probe: one seed of every cell, to a cap above the default's, at L only
+    # eval.py --experiment encodings --probe: one seed of every cell, at L only; the default is planned from it
     "probe": dict(L=32, cap=4000, every=100, seeds=(0,), tasks=("reverse", "retrieval", "shift", "latest_recall")),
 }
-# How the default grid was chosen, before the run, from RoPE alone and at L only (never beyond it): one seed
-# per task, contiguous and randomized, python train.py --task TASK --encoding rope --positions P --train-len
-# 16:32 --steps 4000 --fit-bar 0.9 --fit-every 250 --threads 1. Steps to fit, or the last check's accuracy:
-PROBE = {"copy": "3500 (randomized: 0.84 at 4000)", "duplicate": "3500 (randomized: 0.89 at 4000)",
-         "associative_recall": "0.17 at 1750 (randomized: 0.15 at 1500; both stopped there)",
-         "latest_recall": "0.55 at 1500 (randomized: 0.56 at 1500; both stopped there)",
-         "reverse": "500 (randomized: 0.63 at 4000)", "retrieval": "250 (randomized: 0.35 at 4000)",
-         "shift": "250 (randomized: 4000)"}
-# The default keeps the tasks contiguous RoPE fits within a few hundred steps, with a cap that lets the whole
-# grid finish in 45 minutes on 2 cores (choice() below says what was left out, and why).
 # latest_recall with three facts, one of them about another key: the answer is found by matching the key
 TASK_OPTIONS = {"latest_recall": {"statements": 3}}
-# The default's design, read from the probe's table (shown above it in results/encodings.md): written when
-# the probe has run.
-DESIGN = "The design is the one before the probe (see PROBE); the probe's table is shown for the next one."
 MIN_SEEDS = 2  # a cell (task, variant) counts as fitted when at least this many seeds ran, and every one fitted
 ENCODINGS = tuple(lengen.ENCODINGS)  # nope, learned, sinusoidal, rope, xpos, alibi, t5, kerple, fire
 # NoPE reads no position, and train.py draws position ids from a generator of their own, so NoPE with
@@ -89,6 +78,17 @@ def variants(setup: dict | None = None) -> list[tuple[str, str]]:
 
 def label(encoding: str, positions: str) -> str:
     return encoding if encoding == "nope" or positions == "contiguous" else f"{encoding} + rand"
+
+
+def planned(setup: dict, probe: dict | None) -> list[tuple[str, str, str]]:
+    """(task, encoding, positions) of every cell the grid trains. With its probe on record (the default), the
+    cells whose probe model fitted within the probe's cap: a cell that did not is not run (the results show how
+    far its probe got), so no seed is spent on a model the budget cannot fit. Without one, every cell."""
+    cells = [(t, e, p) for t in setup["tasks"] for e, p in variants(setup)]
+    if probe is None:
+        return cells
+    fits = probe["fits"]
+    return [(t, e, p) for t, e, p in cells if t not in fits or fits[t][label(e, p)]["steps_to_fit"] is not None]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -224,7 +224,8 @@ def rows(setup: dict) -> list[str]:
 
 def grid(data: dict, at) -> list[str]:
     """One row per variant, one column per task: mean ± sd over seeds of at(accuracies); a cell that did not
-    fit is marked †, and the row's mean is over its fitted cells."""
+    fit is marked †, one not run (planned() left it out) 'not run', and the row's mean is over its fitted
+    cells."""
     tasks_ = data["settings"]["tasks"]
     out = ["| encoding | " + " | ".join(f"{t} ({chance(t):.2f})" for t in tasks_) + " | mean of fitted |",
            "|---|" + "---:|" * (len(tasks_) + 1)]
@@ -233,7 +234,7 @@ def grid(data: dict, at) -> list[str]:
         for t in tasks_:
             values = [at(a) for a in data["accuracy"][t][row]]
             ok = cell_fitted(data["steps_to_fit"], t, row)
-            cells.append(fmt(values, form="sd") + ("" if ok else " †"))
+            cells.append(fmt(values, form="sd") + ("" if ok else " †") if values else "not run")
             kept += [values] if ok else []
         mean = fmt([sum(v) / len(v) for v in zip(*kept)], form="sd") if kept else "—"
         out.append(f"| {row} | " + " | ".join(cells) + f" | **{mean}** |")
@@ -245,34 +246,38 @@ def steps_grid(data: dict) -> list[str]:
     out = ["| encoding | " + " | ".join(tasks_) + " | cells fitted |", "|---|" + "---:|" * (len(tasks_) + 1)]
     for row in rows(data["settings"]):
         per_task = [data["steps_to_fit"][t][row] for t in tasks_]
-        cells = [", ".join("—" if s is None else str(s) for s in per_seed) for per_seed in per_task]
+        cells = [", ".join("—" if s is None else str(s) for s in per_seed) or "not run" for per_seed in per_task]
         count = sum(cell_fitted(data["steps_to_fit"], t, row) for t in tasks_)
         out.append(f"| {row} | " + " | ".join(cells) + f" | {count} of {len(tasks_)} |")
     return out
 
 
+def not_run(data: dict) -> dict[str, list[str]]:
+    """Per task, the rows the grid did not train (planned() left them out): no accuracy on record."""
+    return {t: [row for row in rows(data["settings"]) if not data["accuracy"][t][row]]
+            for t in data["settings"]["tasks"]}
+
+
 def choice(data: dict) -> list[str]:
     """How the default grid was chosen: its probe's table (results/encodings-probe.json, copied into the grid's
-    results when it ran) and the design read from it; the grid before the probe existed quotes PROBE."""
+    results when it ran), the cells it planned, and what the cells it left out would cost to train."""
     if "probe" not in data:
-        return choice_before_the_probe(data["settings"])
-    probe = data["probe"]
+        return ["**How this grid was chosen**: no probe on record beside the results (`--probe` writes one), so "
+                "every cell was planned.", ""]
+    probe, setup, full = data["probe"], data["settings"], SCALES["full"]
+    left = {t: r for t, r in not_run(data).items() if r}
+    cpu_per_step = probe["runtime"]["cpu_s"] / probe["steps_trained"]
+    hours = sum(map(len, left.values())) * len(full["seeds"]) * full["cap"] * cpu_per_step / 3600
     return ["**How this design was chosen** (before the run, from `results/encodings-probe.md`: one seed a cell, "
             f"to {probe['settings']['cap']} steps, at L only). " + probe_cost(probe), "",
-            *probe_table(probe["fits"], rows(probe["settings"]), "encoding"), "", DESIGN, ""]
-
-
-def choice_before_the_probe(setup: dict) -> list[str]:
-    """How the grid before `--probe` was chosen: RoPE alone, by hand-run commands."""
-    left = [t for t in TASKS if t not in setup["tasks"]]
-    return ["**How the grid was chosen** (before the run, on RoPE at L only): one RoPE model per task and "
-            "positions, trained to 4000 steps with a fit check every 250 (`python train.py --task TASK --encoding "
-            "rope --positions P --train-len 16:32 --steps 4000 --fit-bar 0.9 --fit-every 250`). Steps to fit, or "
-            "the last check's accuracy: " + "; ".join(f"{t} {PROBE[t]}" for t in TASKS) + f". This scale keeps "
-            f"{', '.join(setup['tasks'])} with a cap of {setup['cap']} steps; {', '.join(left)} are in `--full` "
-            f"({SCALES['full']['cap']} steps, {len(SCALES['full']['seeds'])} seeds): copy and duplicate cost RoPE "
-            "~3500 steps a model, which the whole grid cannot afford in 45 minutes on 2 cores, and no RoPE model "
-            "came near the bar on the two recall tasks.", ""]
+            *probe_table(probe["fits"], rows(probe["settings"]), "encoding"), "",
+            f"The grid trains the cells whose probe model fitted within {probe['settings']['cap']} steps, "
+            f"{len(setup['seeds'])} seeds each, to a cap of {setup['cap']} (room for a slower seed). Not run, "
+            f"because their probe model was short of the bar at {probe['settings']['cap']} steps: "
+            + "; ".join(f"{t}: {', '.join(r)}" for t, r in left.items()) + f". A claim that rests on them says "
+            f"{UNFIT}. Training them as `--full` does ({len(full['seeds'])} seeds to {full['cap']} steps) would "
+            f"take up to {hours:.0f} CPU-hours at the probe's cost per step; whether they would fit then, the "
+            "probe cannot say (its table shows how far each got).", ""]
 
 
 def markdown(data: dict) -> str:
@@ -333,11 +338,13 @@ def figure(data: dict):
     tasks_, labels = data["settings"]["tasks"], rows(data["settings"])
     cap = data["settings"]["cap"]
 
-    def matrix(at):
-        return [[spread([at(a) for a in data["accuracy"][t][row]])["mean"] for t in tasks_] for row in labels]
+    def matrix(at):  # NaN where the cell was not run: drawn blank
+        return [[spread([at(a) for a in data["accuracy"][t][row]])["mean"] if data["accuracy"][t][row]
+                 else float("nan") for t in tasks_] for row in labels]
 
     def steps(row, t):  # mean steps to fit over seeds, a seed that did not fit counting as the cap
-        return sum(cap if s is None else s for s in data["steps_to_fit"][t][row]) / len(data["steps_to_fit"][t][row])
+        per_seed = data["steps_to_fit"][t][row]
+        return sum(cap if s is None else s for s in per_seed) / len(per_seed) if per_seed else float("nan")
 
     def draw(plt):
         fig, axes = plt.subplots(1, 3, figsize=(16, 0.42 * len(labels) + 2.2))
@@ -350,8 +357,9 @@ def figure(data: dict):
             for i, (row, line) in enumerate(zip(labels, values)):
                 for j, (t, v) in enumerate(zip(tasks_, line)):
                     mark = "" if cell_fitted(data["steps_to_fit"], t, row) else "†"
-                    ax.text(j, i, form.format(v) + mark, ha="center", va="center", fontsize=7,
-                            color="black" if v > 0.6 * top else "white")
+                    text = "not run" if v != v else form.format(v) + mark  # v != v: NaN
+                    ax.text(j, i, text, ha="center", va="center", fontsize=7,
+                            color="black" if v != v or v > 0.6 * top else "white")
             ax.set_xticks(range(len(tasks_)), [t.replace("_", "\n") for t in tasks_], fontsize=8)
             ax.set_yticks(range(len(labels)), labels, fontsize=8)
             ax.set_title(title, fontsize=10)
@@ -406,11 +414,13 @@ def run(args) -> None:
         return run_probe(args, setup)
     root = os.path.join("runs", "encodings", scale)
     since = (time.perf_counter(), cpu_seconds())
-    jobs = [(t, e, p, seed, setup, root, args.device) for t in setup["tasks"] for e, p in variants(setup)
+    probe_on_record = read_probe(args.out_dir) if scale == "default" else None
+    jobs = [(t, e, p, seed, setup, root, args.device) for t, e, p in planned(setup, probe_on_record)
             for seed in setup["seeds"]]
     with tqdm(total=len(jobs), desc="encodings") as bar:
         results = map_jobs(train_and_measure, jobs, args.jobs, args.threads or 1, bar)
-    # accuracy[task][variant label]: one list of accuracies at MULTIPLES x L per seed; steps_to_fit likewise
+    # accuracy[task][variant label]: one list of accuracies at MULTIPLES x L per seed (none: not run);
+    # steps_to_fit likewise
     accuracy = {t: {label(e, p): [] for e, p in variants(setup)} for t in setup["tasks"]}
     steps = {t: {label(e, p): [] for e, p in variants(setup)} for t in setup["tasks"]}
     for (t, e, p, _, _, _, _), result in zip(jobs, results):
@@ -422,14 +432,19 @@ def run(args) -> None:
             "chance": {t: chance(t) for t in setup["tasks"]}, "scored_from_L": True,
             "alibi_slope_heads": ALIBI_SLOPE_HEADS, "accuracy": accuracy,
             "steps_to_fit": steps, "commands": ["python train.py " + " ".join(model_argv(*job)) for job in jobs]}
-    if scale == "default":  # the probe that planned it, when it is on record beside the results
-        try:
-            with open(os.path.join(args.out_dir, "encodings-probe.json"), encoding="utf-8") as f:
-                data["probe"] = {k: v for k, v in json.load(f).items() if k != "commands"}
-        except (OSError, ValueError):
-            pass
+    if probe_on_record:
+        data["probe"] = {k: v for k, v in probe_on_record.items() if k != "commands"}
     data["claims"], data["caption"] = claims(accuracy, steps, setup["tasks"])
     write_results("encodings", markdown(data), data, figure(data), args.out_dir)
+
+
+def read_probe(out_dir: str) -> dict | None:
+    """The probe on record beside the results (out_dir/encodings-probe.json), or None."""
+    try:
+        with open(os.path.join(out_dir, "encodings-probe.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def render(data: dict):

@@ -187,7 +187,7 @@ def test_the_default_grid_shows_the_probe_that_planned_it(tmp_path, monkeypatch)
     fits = probe["fits"]["latest_recall"]
     assert all(f"| {label} | {common.probe_cell(fit)} |" in markdown for label, fit in fits.items())
     assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "other"]) == 0
-    assert "**How the grid was chosen**" in (tmp_path / "other" / "encodings.md").read_text()
+    assert "**How this grid was chosen**: no probe on record" in (tmp_path / "other" / "encodings.md").read_text()
 
 
 def test_a_grid_with_fewer_randomized_variants_compares_only_those():
@@ -202,3 +202,32 @@ def test_a_grid_with_fewer_randomized_variants_compares_only_those():
     result, _ = exp.claims(accuracy, steps, tasks_)
     pooled = result["randomized positions help"]
     assert pooled["per_unit"] == pytest.approx([0.4] * 3) and pooled["of"] == len(tasks_)
+
+
+def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypatch):
+    """planned(): with a probe on record, the default spends no seed on a cell whose probe model did not fit,
+    shows it as not run, and says what it left out. Bugs caught: the plan ignoring the probe (every cell
+    trained), reading the probe's fits the wrong way round (only the unfit cells trained), a cell not run
+    counted as fitted, or a claim resting on one."""
+    monkeypatch.chdir(tmp_path)
+    setup = {**QUICK, "tasks": ("reverse",), "seeds": (0, 1)}
+    monkeypatch.setitem(exp.SCALES, "default", setup)
+    fitted = {"rope", "rope + rand"}
+    fits = {"reverse": {row: {"steps_to_fit": 10 if row in fitted else None, "last": [10 if row in fitted else 20,
+                                                                                     0.95 if row in fitted else 0.4]}
+                        for row in exp.rows(setup)}}
+    probe = {"command": "python eval.py --experiment encodings --probe", "settings": {**setup, "cap": 20},
+             "runtime": {"wall_s": 6.0, "cpu_s": 6.0, "jobs": 1, "threads": 1}, "fits": fits, "models": len(fits),
+             "steps_trained": 300, "commands": []}
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "encodings-probe.json").write_text(json.dumps(probe))
+    assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "out"]) == 0
+    data = json.loads((tmp_path / "out" / "encodings.json").read_text())
+    assert data["models"] == 2 * len(setup["seeds"]) and len(data["commands"]) == data["models"]
+    assert all(" --encoding rope " in c for c in data["commands"])
+    for row, per_seed in data["accuracy"]["reverse"].items():
+        assert len(per_seed) == (len(setup["seeds"]) if row in fitted else 0), row
+        assert not exp.cell_fitted(data["steps_to_fit"], "reverse", row) or row in fitted
+    markdown = (tmp_path / "out" / "encodings.md").read_text()
+    assert "| nope | not run |" in markdown and "reverse: nope, learned, learned + rand" in markdown
+    assert data["claims"]["xPos beats RoPE"]["verdict"] == common.UNFIT  # xPos was not run
