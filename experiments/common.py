@@ -454,6 +454,16 @@ def probe(cells: list[tuple[str, str, list[str]]], args, setup: dict, bar=None) 
             "commands": ["python train.py " + " ".join(argv) for *_, argv in cells]}
 
 
+def probe_on_record(name: str, out_dir: str) -> dict | None:
+    """The probe beside an experiment's results (out_dir/NAME-probe.json) without its commands, which its own
+    file keeps: what the default copies into its results as how it was planned. None when there is none."""
+    try:
+        with open(os.path.join(out_dir, f"{name}-probe.json"), encoding="utf-8") as f:
+            return {k: v for k, v in json.load(f).items() if k != "commands"}
+    except (OSError, ValueError):
+        return None
+
+
 def probe_cell(fit: dict) -> str:
     """A probe's table cell: '1400' (steps to fit), or '0.63 at 4000' (did not fit: the last check's accuracy)."""
     step, accuracy = fit["last"]

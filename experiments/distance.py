@@ -6,7 +6,7 @@ ALiBi on delay copy and selective copy.
 The window is fixed; what changes between training and test is the delay d, the number of filler tokens
 between the two control tokens of a delay_copy (C) or selective_copy (S) episode (see tasks.py). Every model
 is trained by train.run exactly as `python train.py ...` would, then evaluated at every delay from 0 to `top`:
-  size  NoPE, RoPE and ALiBi at a few widths (Paper D: small NoPE models fail even in range)
+  size  NoPE, RoPE and ALiBi at a few sizes, layers x width (Paper D: small NoPE models fail even in range)
   (A)   encodings: C and S each trained on a middle band of delays
   (B)   diversity: C trained on [0, d_max] for several d_max
   (C)   transfer: C and S trained together (mixed_copy), S on an adjacent or a separated band, against C alone
@@ -26,8 +26,8 @@ import torch
 
 from eval import command_line, evaluate_table, load_run, plot_curves, results_name, scale_name
 from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, THRESHOLD, UNFIT, all_of, caption, decide, fmt, line_styles,
-                                map_jobs, probe, probe_cost, probe_table, rerender, seed_curve, short, spread,
-                                train_once, write_results)
+                                map_jobs, probe, probe_cost, probe_on_record, probe_table, rerender, seed_curve, short,
+                                spread, train_once, write_results)
 from runs import read_fit
 
 DISTANCE_ENCODINGS = ("nope", "rope", "alibi")
@@ -42,28 +42,31 @@ STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every
 # above it and a separated one further out.
 SCALES = {
     "quick": dict(window=24, symbols=16, m=2, band=(4, 4), adjacent=(5, 6), separated=(9, 10), top=16,
-                  layers=2, heads=4, widths=(32,), width=32, steps=200, every=50, batch=32, lr=3e-3, warmup=20,
-                  wd=0.05, seeds=1, size_seeds=1, diversity=(2, 8), diversity_encodings=("rope",), diversity_seeds=1,
-                  transfer_encodings=("rope",), transfer_seeds=1, samples=64),
+                  layers=2, heads=4, width=32, sizes=((2, 32),), steps=200, every=50, batch=32, lr=3e-3,
+                  warmup=20, wd=0.05, seeds=1, size_seeds=1, diversity=(2, 8), diversity_encodings=("rope",),
+                  diversity_seeds=1, transfer_encodings=("rope",), transfer_seeds=1, samples=64),
     "default": dict(window=32, symbols=16, m=2, band=(3, 5), adjacent=(6, 8), separated=(12, 14), top=20,
-                    layers=4, heads=4, widths=(32, 64), width=64, steps=6000, every=100, batch=32, lr=2e-3,
-                    warmup=100, wd=0.05, seeds=3, size_seeds=3, diversity=(1, 3, 6, 10),
+                    layers=4, heads=4, width=64, sizes=((2, 64), (4, 32), (4, 64)), steps=6000, every=100,
+                    batch=32, lr=2e-3, warmup=100, wd=0.05, seeds=3, size_seeds=3, diversity=(1, 3, 6, 10),
                     diversity_encodings=("rope", "alibi"), diversity_seeds=3, transfer_encodings=("rope", "alibi"),
                     transfer_seeds=3, samples=128),
     "full": dict(window=256, symbols=128, m=10, band=(15, 25), adjacent=(25, 35), separated=(45, 55), top=120,
-                 layers=8, heads=8, widths=(128, 256, 512), width=512, steps=40000, every=500, batch=64, lr=3e-4,
-                 warmup=3000, wd=0.05, seeds=5, size_seeds=5, diversity=(5, 10, 20, 30, 50),
+                 layers=8, heads=8, width=512, sizes=((8, 128), (8, 256), (8, 512)), steps=40000, every=500,
+                 batch=64, lr=3e-4, warmup=3000, wd=0.05, seeds=5, size_seeds=5, diversity=(5, 10, 20, 30, 50),
                  diversity_encodings=DISTANCE_ENCODINGS, diversity_seeds=5, transfer_encodings=DISTANCE_ENCODINGS,
                  transfer_seeds=5, samples=256),
 }
 
-# eval.py --experiment distance --probe: (A)'s models, seed 0, at every width of the size sweep, each trained
+# eval.py --experiment distance --probe: (A)'s models, seed 0, at every size of the size sweep, each trained
 # until it fits its band or 6000 steps (Paper D trains 40K steps at window 256, ~156 a token of window: ~5000
-# at this window), to learn what fitting takes before the default is planned. Why 4 layers: the first probe, at
-# 2 layers (results/distance-probe.md at commit 9507a7c), fitted RoPE and ALiBi at widths 32-128 and NoPE at
-# none, C or S, in 6000 steps; by hand, NoPE at 4 layers x 64 fitted C at step 3900 (the probe's own command
-# with --layers 4 --steps 8000).
+# at this window), to learn what fitting takes before the default is planned. Why (A) has 4 layers: a first
+# probe at 2 layers (results/distance-probe.md at commit 9507a7c) fitted RoPE and ALiBi at widths 32-128 and
+# NoPE at none, C or S, in 6000 steps; by hand, NoPE at 4 layers x 64 fitted C at step 3900.
 SCALES["probe"] = {**SCALES["default"], "steps": 6000, "every": 100, "samples": 0}
+
+# What the default took from its probe (results/distance.md shows the probe's table above it).
+PLAN = ("(A) and the size sweep train every encoding at {size} to a cap of {cap} steps, each model stopping "
+        "when it fits. (B) and (C) train {encodings} only: TO BE WRITTEN FROM THE PROBE.")
 
 # A region's transfer counts as positive or negative only beyond this accuracy difference: one seed's accuracy
 # at one delay, over 128 sequences, has a standard error up to ~0.04, and a region averages several delays.
@@ -74,20 +77,25 @@ def span(band: tuple[int, int]) -> str:
     return f"[{band[0]}, {band[1]}]"
 
 
+def size_name(size) -> str:
+    """(layers, width) as the results name it: '4x64'."""
+    return f"{size[0]}x{size[1]}"
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Training and measuring one curve
 # ---------------------------------------------------------------------------------------------------------
 
 
 def model_argv(setup: dict, scale: str, args, task: str, encoding: str, seed: int, delays: tuple[int, int],
-               selective: tuple[int, int] | None = None, width: int | None = None) -> list[str]:
+               selective: tuple[int, int] | None = None, size: tuple[int, int] | None = None) -> list[str]:
     """One model's train.py command line, its folder runs/distance/SCALE/NAME named by its settings."""
-    width = width or setup["width"]
-    name = f"{task}-{encoding}-w{width}-d{delays[0]}-{delays[1]}" + \
+    layers, width = size or (setup["layers"], setup["width"])
+    name = f"{task}-{encoding}-{layers}x{width}-d{delays[0]}-{delays[1]}" + \
         (f"-s{selective[0]}-{selective[1]}" if selective else "") + f"-seed{seed}"
     argv = ["--task", task, "--train-len", str(setup["window"]), "--symbols", str(setup["symbols"]),
             "--m", str(setup["m"]),
-            "--delays", f"{delays[0]}:{delays[1]}", "--encoding", encoding, "--layers", str(setup["layers"]),
+            "--delays", f"{delays[0]}:{delays[1]}", "--encoding", encoding, "--layers", str(layers),
             "--heads", str(setup["heads"]), "--dim", str(width), "--steps", str(setup["steps"]),
             "--batch", str(setup["batch"]),
             "--lr", str(setup["lr"]), "--warmup", str(setup["warmup"]), "--wd", str(setup["wd"]), "--seed", str(seed),
@@ -103,12 +111,12 @@ def model_argv(setup: dict, scale: str, args, task: str, encoding: str, seed: in
 
 
 def distance_curve(setup: dict, scale: str, args, task: str, encoding: str, seed: int, delays: tuple[int, int],
-                   selective: tuple[int, int] | None = None, width: int | None = None) -> dict:
+                   selective: tuple[int, int] | None = None, size: tuple[int, int] | None = None) -> dict:
     """Train one model (runs/distance/SCALE/NAME) until it fits or the cap, and return its accuracy at every
     delay 0..top ("rows"): on S for a selective_copy model, otherwise on C alone (so a mixed_copy model is
     measured on the task it shares with its single-task twin); and the step it fitted at (None: not within
     the cap), from train.py's fit record."""
-    argv = model_argv(setup, scale, args, task, encoding, seed, delays, selective, width)
+    argv = model_argv(setup, scale, args, task, encoding, seed, delays, selective, size)
     out, name = argv[argv.index("--out") + 1], os.path.basename(argv[argv.index("--out") + 1])
     start = time.perf_counter()
     train_once(argv)
@@ -128,23 +136,23 @@ def curve_worker(job) -> dict:
 
 
 def planned_models(setup: dict):
-    """The settings (task, encoding, seed, delays, selective delays, width) of every model run() uses, in the
+    """The settings (task, encoding, seed, delays, selective delays, size) of every model run() uses, in the
     order it uses them: (A), the size sweep, (B), (C)."""
-    width, band = setup["width"], setup["band"]
+    size, band = (setup["layers"], setup["width"]), setup["band"]
     for task in ("delay_copy", "selective_copy"):
         for e in DISTANCE_ENCODINGS:
-            yield from ((task, e, seed, band, None, width) for seed in range(setup["seeds"]))
-    for w in setup["widths"]:
-        yield from (("delay_copy", e, seed, band, None, w) for e in DISTANCE_ENCODINGS
+            yield from ((task, e, seed, band, None, size) for seed in range(setup["seeds"]))
+    for layers_width in setup["sizes"]:
+        yield from (("delay_copy", e, seed, band, None, tuple(layers_width)) for e in DISTANCE_ENCODINGS
                     for seed in range(setup["size_seeds"]))
     for e in setup["diversity_encodings"]:
         for d_max in setup["diversity"]:
-            yield from (("delay_copy", e, seed, (0, d_max), None, width) for seed in range(setup["diversity_seeds"]))
+            yield from (("delay_copy", e, seed, (0, d_max), None, size) for seed in range(setup["diversity_seeds"]))
     for setting in ("adjacent", "separated"):
         for e in setup["transfer_encodings"]:
             for seed in range(setup["transfer_seeds"]):
-                yield from (("delay_copy", e, seed, band, None, width),
-                            ("mixed_copy", e, seed, band, setup[setting], width))
+                yield from (("delay_copy", e, seed, band, None, size),
+                            ("mixed_copy", e, seed, band, setup[setting], size))
 
 
 def over_seeds(curves: list[dict], inside) -> dict:
@@ -194,18 +202,19 @@ def parts(setup: dict, trained: dict) -> dict:
     and (C) with C's change per delay and per region."""
     lo, hi = setup["band"]
 
-    def curves(task, encoding, seeds, delays, selective=None, width=None):
+    def curves(task, encoding, seeds, delays, selective=None, size=None):
         """One curve per seed."""
-        return [trained[task, encoding, seed, delays, selective, width or setup["width"]] for seed in range(seeds)]
+        size = tuple(size or (setup["layers"], setup["width"]))
+        return [trained[task, encoding, seed, delays, selective, size] for seed in range(seeds)]
 
     def in_band(d):
         return lo <= d <= hi
 
-    # (A); its C models at the chosen width are also the size sweep's models at that width
+    # (A); its C models are also the size sweep's models at (A)'s size
     part_a = {task: {e: over_seeds(curves(task, e, setup["seeds"], setup["band"]), in_band) for e in DISTANCE_ENCODINGS}
               for task in ("delay_copy", "selective_copy")}
-    size = {w: {e: over_seeds(curves("delay_copy", e, setup["size_seeds"], setup["band"], width=w), in_band)
-                for e in DISTANCE_ENCODINGS} for w in setup["widths"]}
+    size = {size_name(s): {e: over_seeds(curves("delay_copy", e, setup["size_seeds"], setup["band"], size=s), in_band)
+                           for e in DISTANCE_ENCODINGS} for s in setup["sizes"]}
     part_b = {e: {d_max: over_seeds(curves("delay_copy", e, setup["diversity_seeds"], (0, d_max)),
                                     lambda d, d_max=d_max: d <= d_max)
                   for d_max in setup["diversity"]} for e in setup["diversity_encodings"]}
@@ -275,14 +284,14 @@ def ordering(runs: dict, band) -> list[dict]:
 
 
 def size_comparisons(setup: dict, size: dict) -> list[dict]:
-    """Small NoPE below RoPE and ALiBi in range (their lower); NoPE higher in range at the largest width than at
-    the smallest. These measure fitting itself, so no fit gate."""
-    small, large = min(setup["widths"]), max(setup["widths"])
+    """Small NoPE below RoPE and ALiBi in range (their lower); NoPE higher in range at the largest size than at
+    the smallest (the sweep lists them smallest first). These measure fitting itself, so no fit gate."""
+    small, large = size_name(setup["sizes"][0]), size_name(setup["sizes"][-1])
     in_band = {w: {e: size[w][e]["in_mean"] for e in DISTANCE_ENCODINGS} for w in (small, large)}
     explicit = [min(r, a) for r, a in zip(in_band[small]["rope"], in_band[small]["alibi"])]
     seeds = list(range(len(explicit)))
-    return [comparison(f"min(rope, alibi) - nope in range at width {small}", explicit, in_band[small]["nope"], seeds),
-            comparison(f"nope in range: width {large} - width {small}", in_band[large]["nope"],
+    return [comparison(f"min(rope, alibi) - nope in range at {small}", explicit, in_band[small]["nope"], seeds),
+            comparison(f"nope in range: {large} - {small}", in_band[large]["nope"],
                        in_band[small]["nope"], seeds)]
 
 
@@ -401,8 +410,8 @@ def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
           f"| diversity d_max (B) | 5, 10, 20, 30, 50 | {', '.join(map(str, setup['diversity']))} |",
           f"| S bands in transfer (C) | [25, 35], [45, 55] | {span(setup['adjacent'])}, {span(setup['separated'])} |",
           f"| model | 8 layers x 512, 8 heads | {layers} layers x {width}, {heads} heads |",
-          f"| widths in the size sweep | smaller than 512 (sizes not in our sources) | "
-          f"{', '.join(map(str, setup['widths']))} |",
+          f"| sizes in the size sweep (layers x width) | smaller than 8 x 512 (sizes not in our sources) | "
+          f"{', '.join(size_name(s) for s in setup['sizes'])} |",
           "| MLP, dropout | ReLU, 0.1 | GELU, none (lengen's GPT; train.py has no dropout flag) |",
           f"| steps x batch | 40K x 64 | until it fits (>= {FIT_BAR} on held-out windows at its training delays, "
           f"checked every {setup['every']} steps) or {setup['steps']}, x {setup['batch']} |",
@@ -426,6 +435,21 @@ def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
     return md
 
 
+def design_section(data: dict) -> list[str]:
+    """How the default was planned: its probe's table (results/distance-probe.json, copied into the results when
+    the run began) and what was read from it (PLAN)."""
+    if "probe" not in data:
+        return []
+    probe, setup = data["probe"], data["settings"]
+    rows = [f"{e}, {size_name(s)}" for e in DISTANCE_ENCODINGS for s in probe["settings"]["sizes"]]
+    return ["\n## How this design was chosen\n", "Before the run, from `results/distance-probe.md`: seed 0 of "
+            f"(A)'s models at every size, trained until it fits its band or {probe['settings']['steps']} steps; "
+            "nothing outside the band measured. " + probe_cost(probe) + "\n",
+            *probe_table(probe["fits"], rows, "model"),
+            "", PLAN.format(size=size_name((setup["layers"], setup["width"])), cap=setup["steps"],
+                            encodings=", ".join(setup["transfer_encodings"]))]
+
+
 def verdicts_section(data: dict) -> list[str]:
     md = ["\n## Verdicts\n", "| question | Paper D | verdict |", "|---|---|---|"]
     md += [f"| {name} | {PAPER_D_FINDINGS[name]} | **{r['verdict']}** |" for name, r in data["verdicts"].items()]
@@ -447,10 +471,10 @@ def fitted_at(result: dict) -> str:
 def size_section(data: dict) -> list[str]:
     setup = data["settings"]
     md = ["## Size\n", f"Paper D: {PAPER_D_FINDINGS['size']}. Here: C trained on {span(setup['band'])}, "
-          f"{setup['size_seeds']} seed(s) at each width. In range: mean accuracy over the training band (mean ± sd "
-          "over seeds); fitted: the seeds whose model reached the bar, and at which step (— not within the cap of "
-          f"{setup['steps']}).\n",
-          "| width | " + " | ".join(f"{e} in range | {e} fitted at" for e in DISTANCE_ENCODINGS) + " |",
+          f"{setup['size_seeds']} seed(s) at each size (layers x width). In range: mean accuracy over the training "
+          "band (mean ± sd over seeds); fitted: the seeds whose model reached the bar, and at which step (— not "
+          f"within the cap of {setup['steps']}).\n",
+          "| size | " + " | ".join(f"{e} in range | {e} fitted at" for e in DISTANCE_ENCODINGS) + " |",
           "|---:|" + "---:|" * 2 * len(DISTANCE_ENCODINGS)]
     for w, runs in data["size"].items():
         cells = [f"{fmt(runs[e]['in_mean'], form='sd')} | {fitted_at(runs[e])}" for e in DISTANCE_ENCODINGS]
@@ -516,7 +540,7 @@ def transfer_section(data: dict) -> list[str]:
 def markdown(data: dict, jobs: int, threads: int) -> str:
     """results/distance.md: setup and every change from Paper D, then per question the paper's finding, our
     numbers and the verdict its sub-claims give."""
-    md = setup_section(data, jobs, threads) + verdicts_section(data) + size_section(data)
+    md = setup_section(data, jobs, threads) + design_section(data) + verdicts_section(data) + size_section(data)
     md += ordering_section(data, "delay_copy", "A, delay copy") + ordering_section(data, "selective_copy",
                                                                                    "A, selective copy")
     md += diversity_section(data) + transfer_section(data)
@@ -535,10 +559,11 @@ def encoding_lines(ax, series: dict[str, tuple[list, list]], ms: float = 6) -> N
 
 
 def size_panel(ax, setup: dict, size: dict) -> None:
-    widths = setup["widths"]
-    encoding_lines(ax, {e: (widths, [spread(size[w][e]["in_mean"])["mean"] for w in widths])
+    names = list(size)  # smallest first, as the sweep lists them
+    encoding_lines(ax, {e: (list(range(len(names))), [spread(size[n][e]["in_mean"])["mean"] for n in names])
                         for e in DISTANCE_ENCODINGS})
-    ax.set(xticks=widths, ylim=(-0.02, 1.02), xlabel="width", ylabel="in-range accuracy",
+    ax.set(xticks=range(len(names)), xticklabels=names, ylim=(-0.02, 1.02), xlabel="size (layers x width)",
+           ylabel="in-range accuracy",
            title=f"size: C on {span(setup['band'])}, mean of {setup['size_seeds']} seed(s)")
     ax.legend(fontsize=8)
 
@@ -616,19 +641,20 @@ def render(data: dict):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The probe: what fitting its band takes, per task, encoding and width, before the default is planned
+# The probe: what fitting its band takes, per task, encoding and size, before the default is planned
 # ---------------------------------------------------------------------------------------------------------
 
 def run_probe(args, setup: dict) -> None:
-    """--probe: (A)'s models at seed 0 and every width, each trained until it fits or setup["steps"] (common.probe)."""
-    cells = [(task, f"{e}, width {w}", model_argv(setup, "probe", args, task, e, 0, setup["band"], None, w))
-             for task in ("delay_copy", "selective_copy") for e in DISTANCE_ENCODINGS for w in setup["widths"]]
+    """--probe: (A)'s models at seed 0 and every size, each trained until it fits or setup["steps"] (common.probe)."""
+    cells = [(task, f"{e}, {size_name(s)}", model_argv(setup, "probe", args, task, e, 0, setup["band"], None, s))
+             for task in ("delay_copy", "selective_copy") for e in DISTANCE_ENCODINGS for s in setup["sizes"]]
     data = probe(cells, args, setup)
-    rows = [f"{e}, width {w}" for e in DISTANCE_ENCODINGS for w in setup["widths"]]
+    rows = [f"{e}, {size_name(s)}" for e in DISTANCE_ENCODINGS for s in setup["sizes"]]
     md = ["# Paper D's probe: steps to fit the training band, one seed a model", "", probe_cost(data), "",
           f"(A)'s models (window {setup['window']}, m {setup['m']}, {setup['symbols']} symbols, delays "
-          f"{span(setup['band'])}, {setup['layers']} layers, {setup['heads']} heads, lr {setup['lr']:g} with cosine "
-          f"decay over {setup['steps']} steps; ALiBi with the {ALIBI_SLOPE_HEADS}-head slopes), seed 0, trained until "
+          f"{span(setup['band'])}, {setup['heads']} heads, lr {setup['lr']:g} with cosine decay over "
+          f"{setup['steps']} steps; ALiBi with the {ALIBI_SLOPE_HEADS}-head slopes) at every size of the sweep "
+          "(layers x width), seed 0, trained until "
           f"accuracy >= {FIT_BAR} on held-out windows at the band's delays (checked every {setup['every']} steps) "
           f"or {setup['steps']} steps; nothing outside the band is measured. Steps to fit, or the last check's "
           "accuracy:", "", *probe_table(data["fits"], rows, "model"), "",
@@ -649,6 +675,7 @@ def run(args) -> None:
     if scale == "probe":
         return run_probe(args, setup)
     start = time.perf_counter()
+    on_record = probe_on_record("distance", args.out_dir) if scale == "default" else None  # how it was planned
     # Every model first, in --jobs worker processes when asked; a model that two parts share (same settings) is
     # trained once. parts() reads them.
     keys = list(dict.fromkeys(planned_models(setup)))
@@ -661,5 +688,7 @@ def run(args) -> None:
     data = {"command": command_line(args), "scale": scale, "settings": setup, "runtime_s": time.perf_counter() - start,
             "machine": machine,
             "transfer_margin": TRANSFER_MARGIN, "alibi_slope_heads": ALIBI_SLOPE_HEADS, **measured}
+    if on_record:
+        data["probe"] = on_record
     data["verdicts"], data["caption"] = claims(setup, measured)
     write_results("distance", markdown(data, args.jobs, args.threads or 1), data, figure(data), args.out_dir)

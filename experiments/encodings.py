@@ -21,7 +21,6 @@ decides them; the markdown and the heatmaps; run(args).
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -32,8 +31,8 @@ import tasks
 import train
 from eval import command_line, evaluate, load_run, results_name, scale_name
 from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, THRESHOLD, UNFIT, all_of, beyond, caption, cpu_seconds,
-                                decide, fmt, map_jobs, probe, probe_cost, probe_table, rerender, runtime, short,
-                                spread, train_once, write_results)
+                                decide, fmt, map_jobs, probe, probe_cost, probe_on_record, probe_table, rerender,
+                                runtime, short, spread, train_once, write_results)
 from runs import read_fit
 
 # ---------------------------------------------------------------------------------------------------------
@@ -414,8 +413,8 @@ def run(args) -> None:
         return run_probe(args, setup)
     root = os.path.join("runs", "encodings", scale)
     since = (time.perf_counter(), cpu_seconds())
-    probe_on_record = read_probe(args.out_dir) if scale == "default" else None
-    jobs = [(t, e, p, seed, setup, root, args.device) for t, e, p in planned(setup, probe_on_record)
+    on_record = probe_on_record("encodings", args.out_dir) if scale == "default" else None
+    jobs = [(t, e, p, seed, setup, root, args.device) for t, e, p in planned(setup, on_record)
             for seed in setup["seeds"]]
     with tqdm(total=len(jobs), desc="encodings") as bar:
         results = map_jobs(train_and_measure, jobs, args.jobs, args.threads or 1, bar)
@@ -432,19 +431,10 @@ def run(args) -> None:
             "chance": {t: chance(t) for t in setup["tasks"]}, "scored_from_L": True,
             "alibi_slope_heads": ALIBI_SLOPE_HEADS, "accuracy": accuracy,
             "steps_to_fit": steps, "commands": ["python train.py " + " ".join(model_argv(*job)) for job in jobs]}
-    if probe_on_record:
-        data["probe"] = {k: v for k, v in probe_on_record.items() if k != "commands"}
+    if on_record:
+        data["probe"] = on_record
     data["claims"], data["caption"] = claims(accuracy, steps, setup["tasks"])
     write_results("encodings", markdown(data), data, figure(data), args.out_dir)
-
-
-def read_probe(out_dir: str) -> dict | None:
-    """The probe on record beside the results (out_dir/encodings-probe.json), or None."""
-    try:
-        with open(os.path.join(out_dir, "encodings-probe.json"), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def render(data: dict):

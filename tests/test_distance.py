@@ -37,10 +37,10 @@ def test_distance_quick_reports_what_its_models_measure(tmp_path, monkeypatch):
     # Re-measure two saved models from their run directories, as the experiment says it measures them: on C
     # (delay_copy) at every delay, with the experiment's samples; the JSON must hold exactly those numbers.
     setup = data["settings"]
-    (lo, hi), (s_lo, s_hi), width = setup["band"], setup["adjacent"], setup["width"]
+    (lo, hi), (s_lo, s_hi), size = setup["band"], setup["adjacent"], f"{setup['layers']}x{setup['width']}"
     alone, mixed = data["C"]["adjacent"]["rope"]["alone"], data["C"]["adjacent"]["rope"]["mixed"]
-    for name, curve in ((f"delay_copy-rope-w{width}-d{lo}-{hi}-seed0", data["A"]["delay_copy"]["rope"]),
-                        (f"mixed_copy-rope-w{width}-d{lo}-{hi}-s{s_lo}-{s_hi}-seed0", mixed)):
+    for name, curve in ((f"delay_copy-rope-{size}-d{lo}-{hi}-seed0", data["A"]["delay_copy"]["rope"]),
+                        (f"mixed_copy-rope-{size}-d{lo}-{hi}-s{s_lo}-{s_hi}-seed0", mixed)):
         model, cfg = lengen_eval.load_run(str(tmp_path / "runs" / "distance" / "quick" / name))
         cfg = dataclasses.replace(cfg, task="delay_copy",
                                   task_options={"symbols": setup["symbols"], "m": setup["m"], "delays": (lo, hi)})
@@ -105,21 +105,42 @@ def test_probe_records_each_models_fit_of_its_band(tmp_path, monkeypatch):
     model's folder, a probe model without the fit check or without ALiBi's 8-head slopes, and a probe that
     writes over results/distance.json."""
     monkeypatch.chdir(tmp_path)
-    probe = {**exp.SCALES["quick"], "steps": 20, "every": 10, "widths": (16, 32), "samples": 0}
+    probe = {**exp.SCALES["quick"], "steps": 20, "every": 10, "sizes": ((1, 16), (2, 32)), "samples": 0}
     monkeypatch.setitem(exp.SCALES, "probe", probe)
     assert lengen_eval.main(["--experiment", "distance", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
     data = json.loads((tmp_path / "out" / "distance-probe.json").read_text())
-    rows = [f"{e}, width {w}" for e in exp.DISTANCE_ENCODINGS for w in (16, 32)]
+    rows = [f"{e}, {size}" for e in exp.DISTANCE_ENCODINGS for size in ("1x16", "2x32")]
     assert list(data["fits"]) == ["delay_copy", "selective_copy"]
     assert all(list(fits) == rows for fits in data["fits"].values())
     for command in data["commands"]:
         folder = command.split(" --out ")[1].split()[0]
-        task, encoding, width = command.split("--task ")[1].split()[0], command.split("--encoding ")[1].split()[0], \
-            int(command.split("--dim ")[1].split()[0])
+        task, encoding = command.split("--task ")[1].split()[0], command.split("--encoding ")[1].split()[0]
+        size = command.split("--layers ")[1].split()[0] + "x" + command.split("--dim ")[1].split()[0]
         fit = common.read_fit(str(tmp_path / folder))
-        assert data["fits"][task][f"{encoding}, width {width}"] == {"steps_to_fit": fit["steps_to_fit"],
+        assert data["fits"][task][f"{encoding}, {size}"] == {"steps_to_fit": fit["steps_to_fit"],
                                                                      "last": fit["checks"][-1]}
         assert " --fit-bar 0.9 --fit-every 10" in command
         assert ("--alibi-slope-heads 8" in command) == (encoding == "alibi")
     assert len(data["commands"]) == 12 and not (tmp_path / "out" / "distance.json").exists()
-    assert "| alibi, width 32 | " in (tmp_path / "out" / "distance-probe.md").read_text()
+    assert "| alibi, 2x32 | " in (tmp_path / "out" / "distance-probe.md").read_text()
+
+
+@pytest.mark.slow  # ~15 s: a small default run
+def test_the_default_shows_the_probe_that_planned_it(tmp_path, monkeypatch):
+    """results/distance.md says how its design was chosen: the probe on record beside it, its table and the plan.
+    Bugs caught: the probe read from another folder than the results', or its table not rendered."""
+    monkeypatch.chdir(tmp_path)
+    small = {**exp.SCALES["quick"], "steps": 20, "every": 10}
+    monkeypatch.setitem(exp.SCALES, "probe", {**small, "samples": 0})
+    monkeypatch.setitem(exp.SCALES, "default", small)
+    assert lengen_eval.main(["--experiment", "distance", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
+    assert lengen_eval.main(["--experiment", "distance", "--threads", "1", "--out-dir", "out"]) == 0
+    probe = json.loads((tmp_path / "out" / "distance-probe.json").read_text())
+    data = json.loads((tmp_path / "out" / "distance.json").read_text())
+    assert data["probe"] == {k: v for k, v in probe.items() if k != "commands"}
+    md = (tmp_path / "out" / "distance.md").read_text()
+    assert "## How this design was chosen" in md and probe["command"] in md
+    assert all(f"| {row} | " + " | ".join(common.probe_cell(probe["fits"][t][row]) for t in probe["fits"]) + " |"
+               in md for row in probe["fits"]["delay_copy"])
+    assert lengen_eval.main(["--experiment", "distance", "--threads", "1", "--out-dir", "other", "--force"]) == 0
+    assert "## How this design was chosen" not in (tmp_path / "other" / "distance.md").read_text()
