@@ -26,8 +26,8 @@ import torch
 
 from eval import command_line, evaluate_table, load_run, plot_curves, results_name, scale_name
 from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, THRESHOLD, UNFIT, all_of, caption, decide, fmt, line_styles,
-                                map_jobs, probe, probe_cost, probe_on_record, probe_table, rerender, seed_curve, short,
-                                spread, train_once, write_results)
+                                map_jobs, probe, probe_cell, probe_cost, probe_on_record, probe_table, rerender,
+                                seed_curve, short, spread, train_once, write_results)
 from runs import read_fit
 
 DISTANCE_ENCODINGS = ("nope", "rope", "alibi")
@@ -42,7 +42,7 @@ STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every
 # above it and a separated one further out.
 SCALES = {
     "quick": dict(window=24, symbols=16, m=2, band=(4, 4), adjacent=(5, 6), separated=(9, 10), top=16,
-                  layers=2, heads=4, width=32, sizes=((2, 32),), steps=200, every=50, batch=32, lr=3e-3,
+                  layers=2, heads=4, width=32, sizes=((1, 32), (2, 32)), steps=200, every=50, batch=32, lr=3e-3,
                   warmup=20, wd=0.05, seeds=1, size_seeds=1, diversity=(2, 8), diversity_encodings=("rope",),
                   diversity_seeds=1, transfer_encodings=("rope",), transfer_seeds=1, samples=64),
     "default": dict(window=32, symbols=16, m=2, band=(3, 5), adjacent=(6, 8), separated=(12, 14), top=20,
@@ -63,10 +63,6 @@ SCALES = {
 # probe at 2 layers (results/distance-probe.md at commit 9507a7c) fitted RoPE and ALiBi at widths 32-128 and
 # NoPE at none, C or S, in 6000 steps; by hand, NoPE at 4 layers x 64 fitted C at step 3900.
 SCALES["probe"] = {**SCALES["default"], "steps": 6000, "every": 100, "samples": 0}
-
-# What the default took from its probe (results/distance.md shows the probe's table above it).
-PLAN = ("(A) and the size sweep train every encoding at {size} to a cap of {cap} steps, each model stopping "
-        "when it fits. (B) and (C) train {encodings} only: TO BE WRITTEN FROM THE PROBE.")
 
 # A region's transfer counts as positive or negative only beyond this accuracy difference: one seed's accuracy
 # at one delay, over 128 sequences, has a standard error up to ~0.04, and a region averages several delays.
@@ -284,15 +280,19 @@ def ordering(runs: dict, band) -> list[dict]:
 
 
 def size_comparisons(setup: dict, size: dict) -> list[dict]:
-    """Small NoPE below RoPE and ALiBi in range (their lower); NoPE higher in range at the largest size than at
-    the smallest (the sweep lists them smallest first). These measure fitting itself, so no fit gate."""
-    small, large = size_name(setup["sizes"][0]), size_name(setup["sizes"][-1])
-    in_band = {w: {e: size[w][e]["in_mean"] for e in DISTANCE_ENCODINGS} for w in (small, large)}
-    explicit = [min(r, a) for r, a in zip(in_band[small]["rope"], in_band[small]["alibi"])]
-    seeds = list(range(len(explicit)))
-    return [comparison(f"min(rope, alibi) - nope in range at {small}", explicit, in_band[small]["nope"], seeds),
-            comparison(f"nope in range: {large} - {small}", in_band[large]["nope"],
-                       in_band[small]["nope"], seeds)]
+    """At every size of the sweep other than (A)'s: NoPE below RoPE and ALiBi in range (their lower), and below
+    NoPE at (A)'s size. A size may be smaller in depth or in width: each is its own comparison. These measure
+    fitting itself, so no fit gate."""
+    main, out = size_name((setup["layers"], setup["width"])), []
+    for small in (size_name(s) for s in setup["sizes"]):
+        if small == main:
+            continue
+        nope = size[small]["nope"]["in_mean"]
+        explicit = [min(r, a) for r, a in zip(size[small]["rope"]["in_mean"], size[small]["alibi"]["in_mean"])]
+        seeds = list(range(len(nope)))
+        out += [comparison(f"min(rope, alibi) - nope in range at {small}", explicit, nope, seeds),
+                comparison(f"nope in range: {main} - {small}", size[main]["nope"]["in_mean"], nope, seeds)]
+    return out
 
 
 def diversity_comparisons(part_b: dict) -> list[dict]:
@@ -437,7 +437,7 @@ def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
 
 def design_section(data: dict) -> list[str]:
     """How the default was planned: its probe's table (results/distance-probe.json, copied into the results when
-    the run began) and what was read from it (PLAN)."""
+    the run began) and what was read from it (plan)."""
     if "probe" not in data:
         return []
     probe, setup = data["probe"], data["settings"]
@@ -446,8 +446,24 @@ def design_section(data: dict) -> list[str]:
             f"(A)'s models at every size, trained until it fits its band or {probe['settings']['steps']} steps; "
             "nothing outside the band measured. " + probe_cost(probe) + "\n",
             *probe_table(probe["fits"], rows, "model"),
-            "", PLAN.format(size=size_name((setup["layers"], setup["width"])), cap=setup["steps"],
-                            encodings=", ".join(setup["transfer_encodings"]))]
+            "", plan(probe["fits"], setup)]
+
+
+def plan(fits: dict, setup: dict) -> str:
+    """What the default took from its probe: one cap for every model, and which encodings (B) and (C) train."""
+    main = size_name((setup["layers"], setup["width"]))
+    left = [e for e in DISTANCE_ENCODINGS if e not in setup["transfer_encodings"]]
+    steps = {t: {e: probe_cell(fits[t][f"{e}, {main}"]) for e in DISTANCE_ENCODINGS} for t in fits}
+    why = "; ".join(f"{t}: " + ", ".join(f"{e} {c}" for e, c in by.items()) for t, by in steps.items())
+    unfit_s = [e for e in left if fits["selective_copy"][f"{e}, {main}"]["steps_to_fit"] is None]
+    return (f"At (A)'s size, {main}, the probe's steps to fit (or the last check) were {why}. Every model trains "
+            f"to the same cap, {setup['steps']} steps, and stops as soon as it fits: (A) and the size sweep train "
+            "every encoding, including the cells that did not fit in the probe (the size question is about exactly "
+            f"that). (B) and (C) train {', '.join(setup['transfer_encodings'])}"
+            + (f", not {', '.join(left)}: " if left else ".")
+            + (f"{', '.join(unfit_s)} did not fit selective copy in the probe, which (C)'s mixed model learns too, "
+               "so it could not fit. " if unfit_s else "")
+            + ("`--full` trains every encoding in every part." if left else ""))
 
 
 def verdicts_section(data: dict) -> list[str]:
@@ -559,7 +575,7 @@ def encoding_lines(ax, series: dict[str, tuple[list, list]], ms: float = 6) -> N
 
 
 def size_panel(ax, setup: dict, size: dict) -> None:
-    names = list(size)  # smallest first, as the sweep lists them
+    names = list(size)  # in the order the sweep lists them
     encoding_lines(ax, {e: (list(range(len(names))), [spread(size[n][e]["in_mean"])["mean"] for n in names])
                         for e in DISTANCE_ENCODINGS})
     ax.set(xticks=range(len(names)), xticklabels=names, ylim=(-0.02, 1.02), xlabel="size (layers x width)",
