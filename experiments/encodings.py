@@ -295,7 +295,8 @@ def markdown(data: dict) -> str:
            f"{', '.join(map(str, setup['seeds']))}. '+ rand' (Ruoss et al.'s protocol): in training and at "
            f"evaluation, position ids are a sorted random draw from [0, {8 * L}); the others use contiguous ids. "
            + (f"ALiBi takes the paper's {data['alibi_slope_heads']}-head slopes, evenly spaced over its 2 heads (1/2, "
-              "1/32; the rule for 2 heads, 1/16 and 1/256, is nearly flat over 32 tokens). "
+              "1/32; the rule for 2 heads, 1/16 and 1/256, is nearly flat over 32 tokens); T5's bias, KERPLE, FIRE "
+              "and xPos take their papers' defaults (pinned by tests/test_paper_defaults.py). "
               if "alibi_slope_heads" in data else "")
            + f"Beyond L = the mean of {', '.join(str(m * L) for m in MULTIPLES[1:])}" + (
                f", each scored only on the answer tokens at index >= {L}, which no training sequence reached (shift "
