@@ -57,11 +57,11 @@ SCALES = {
                  transfer_seeds=5, samples=256),
 }
 
-# eval.py --experiment distance --probe: (A)'s models, seed 0, at every size of the size sweep, each trained
-# until it fits its band or 6000 steps (Paper D trains 40K steps at window 256, ~156 a token of window: ~5000
-# at this window), to learn what fitting takes before the default is planned. Why (A) has 4 layers: a first
-# probe at 2 layers (results/distance-probe.md at commit 9507a7c) fitted RoPE and ALiBi at widths 32-128 and
-# NoPE at none, C or S, in 6000 steps; by hand, NoPE at 4 layers x 64 fitted C at step 3900.
+# eval.py --experiment distance --probe: (A)'s tasks and encodings, seed 0, at every size of the sweep, each
+# trained until it fits its band or 6000 steps (Paper D trains 40K steps at window 256, ~156 a token of
+# window: ~5000 at this window), to learn what fitting takes before the default is planned. Why (A) has 4
+# layers: a first probe at 2 layers (results/distance-probe.md at commit 9507a7c) fitted RoPE and ALiBi at
+# widths 32-128 and NoPE at none, C or S, in 6000 steps; by hand, NoPE at 4 layers x 64 fitted C at step 3900.
 SCALES["probe"] = {**SCALES["default"], "steps": 6000, "every": 100, "samples": 0}
 
 # A region's transfer counts as positive or negative only beyond this accuracy difference: one seed's accuracy
@@ -194,7 +194,7 @@ def transfer_regions(delta: list[float], delays: list[int], band, s_band) -> dic
 
 
 def parts(setup: dict, trained: dict) -> dict:
-    """Every part's curves over seeds, from the trained models by their settings: the size sweep, (A), (B),
+    """Every part's curves over seeds, from the trained models by their settings: (A), the size sweep, (B),
     and (C) with C's change per delay and per region."""
     lo, hi = setup["band"]
 
@@ -244,8 +244,9 @@ PAPER_D_FINDINGS = {
 # Every finding is made of comparisons, each a gain that should be positive, measured per seed (the independent
 # units: seed s of one model against seed s of the other, which saw the same data) in accuracy points: mean
 # accuracy over the delays of a region. A comparison counts the seeds on which both of its models fitted their
-# training band (in-band accuracy >= FIT_BAR); it is UNFIT when either model fitted on fewer than two thirds
-# of its seeds. All comparisons of the experiment are one family (Holm); a finding needs each of its own.
+# training band (train.py's fit check); it is UNFIT when either model fitted on fewer than two thirds of its
+# seeds. The size comparisons are the exception: they measure fitting itself, on every seed. All comparisons
+# of the experiment are one family (Holm); a finding needs each of its own.
 
 
 def region_mean(result: dict, inside) -> list[float]:
@@ -301,7 +302,7 @@ def diversity_comparisons(part_b: dict) -> list[dict]:
     out = []
     for e, by_max in part_b.items():
         first, last = by_max[min(by_max)], by_max[max(by_max)]
-        seeds, fitted = fitted_seeds(*by_max.values())
+        seeds, fitted = fitted_seeds(first, last)  # the two models the comparisons read
         beyond_max = [region_mean(r, lambda d, m=m: d > m) for m, r in ((min(by_max), first), (max(by_max), last))]
         out += [comparison(f"{e}: unseen accuracy, d_max {max(by_max)} - {min(by_max)}", beyond_max[1],
                            beyond_max[0], seeds, fitted),
@@ -349,20 +350,20 @@ def transfer_comparisons(setup: dict, part_c: dict) -> list[dict]:
     return out
 
 
-def claims(setup: dict, measured: dict) -> dict:
+def claims(setup: dict, measured: dict) -> tuple[dict, str]:
     """Each finding's comparisons, all decided as one family (common.decide), and the finding's verdict: every
     comparison reproduced, or (common.all_of) failed where one fails, undecided where one is open; and the
     caption that says how the family was adjusted."""
-    parts = {"size": size_comparisons(setup, measured["size"]),
-             "A, delay copy": ordering(measured["A"]["delay_copy"], setup["band"]),
-             "A, selective copy": ordering(measured["A"]["selective_copy"], setup["band"]),
-             "B": diversity_comparisons(measured["B"]),
-             "C": transfer_comparisons(setup, measured["C"])}
-    family = {f"{name}: {c['what']}": c for name, cs in parts.items() for c in cs}  # one name each
-    assert len(family) == sum(map(len, parts.values()))
+    checks = {"size": size_comparisons(setup, measured["size"]),
+              "A, delay copy": ordering(measured["A"]["delay_copy"], setup["band"]),
+              "A, selective copy": ordering(measured["A"]["selective_copy"], setup["band"]),
+              "B": diversity_comparisons(measured["B"]),
+              "C": transfer_comparisons(setup, measured["C"])}
+    family = {f"{name}: {c['what']}": c for name, cs in checks.items() for c in cs}  # one name each
+    assert len(family) == sum(map(len, checks.values()))
     decided = decide({k: c["per_unit"] for k, c in family.items()}, THRESHOLD,
                      {k: c["fitted"] for k, c in family.items()})
-    out = {name: {"checks": [{**c, **decided[f"{name}: {c['what']}"]} for c in cs]} for name, cs in parts.items()}
+    out = {name: {"checks": [{**c, **decided[f"{name}: {c['what']}"]} for c in cs]} for name, cs in checks.items()}
     for result in out.values():
         result["verdict"] = all_of([c["verdict"] for c in result["checks"]])
     return out, caption(decided)
@@ -406,7 +407,8 @@ def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
           f"| data tokens | 128 | {setup['symbols']} |",
           f"| m (tokens copied) | 10 | {setup['m']} |",
           f"| C and S training band (A) | [15, 25] | {span(setup['band'])} |",
-          f"| delays evaluated | 1..120 | 0..{setup['top']} (4 x the band's top = {4 * setup['band'][1]}) |",
+          f"| delays evaluated | 1..120 | 0..{setup['top']}"
+          + (" (4 x the band's top)" if setup["top"] == 4 * setup["band"][1] else "") + " |",
           f"| diversity d_max (B) | 5, 10, 20, 30, 50 | {', '.join(map(str, setup['diversity']))} |",
           f"| S bands in transfer (C) | [25, 35], [45, 55] | {span(setup['adjacent'])}, {span(setup['separated'])} |",
           f"| model | 8 layers x 512, 8 heads | {layers} layers x {width}, {heads} heads |",
@@ -430,8 +432,9 @@ def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
           f"{', '.join(setup['diversity_encodings'])}; (C) {', '.join(setup['transfer_encodings'])} |"]
     if data["scale"] != "full":
         md.append("\nWhere a part has fewer than 3 seeds or fewer than the three encodings, that is a cut made to "
-                  "fit the time budget, not a finding; `--full` runs every part with 5 seeds and all three "
-                  "encodings, at Paper D's sizes (a GPU helps).")
+                  "fit the time budget (or, for an encoding, what its probe said: see how this design was chosen), "
+                  "not a finding; `--full` runs every part with 5 seeds and all three encodings, at Paper D's sizes "
+                  "(a GPU helps).")
     return md
 
 
@@ -450,28 +453,40 @@ def design_section(data: dict) -> list[str]:
 
 
 def plan(fits: dict, setup: dict) -> str:
-    """What the default took from its probe: one cap for every model, and which encodings (B) and (C) train."""
-    main = size_name((setup["layers"], setup["width"]))
-    left = [e for e in DISTANCE_ENCODINGS if e not in setup["transfer_encodings"]]
-    steps = {t: {e: probe_cell(fits[t][f"{e}, {main}"]) for e in DISTANCE_ENCODINGS} for t in fits}
-    why = "; ".join(f"{t}: " + ", ".join(f"{e} {c}" for e, c in by.items()) for t, by in steps.items())
-    unfit_s = [e for e in left if fits["selective_copy"][f"{e}, {main}"]["steps_to_fit"] is None]
-    return (f"At (A)'s size, {main}, the probe's steps to fit (or the last check) were {why}. Every model trains "
-            f"to the same cap, {setup['steps']} steps, and stops as soon as it fits: (A) and the size sweep train "
-            "every encoding, including the cells that did not fit in the probe (the size question is about exactly "
-            f"that). (B) and (C) train {', '.join(setup['transfer_encodings'])}"
-            + (f", not {', '.join(left)}: " if left else ".")
-            + (f"{', '.join(unfit_s)} did not fit selective copy in the probe, which (C)'s mixed model learns too, "
-               "so it could not fit. " if unfit_s else "")
-            + ("`--full` trains every encoding in every part." if left else ""))
+    """What the default took from its probe: one cap for every model, and which encodings (B) and (C) leave out,
+    and why (the probe's numbers at (A)'s size)."""
+    main, cap = size_name((setup["layers"], setup["width"])), setup["steps"]
+    cell = {t: {e: fits[t][f"{e}, {main}"] for e in DISTANCE_ENCODINGS} for t in fits}
+    why = "; ".join(f"{t}: " + ", ".join(f"{e} {probe_cell(c)}" for e, c in by.items()) for t, by in cell.items())
+    text = (f"At (A)'s size, {main}, the probe's steps to fit (or the last check) were {why}. Every model trains "
+            f"to the same cap, {cap} steps, and stops as soon as it fits: (A) and the size sweep train every "
+            "encoding, including the cells that did not fit in the probe (the size question is about exactly that).")
+
+    def slower(e, kept):  # (B) is delay copy alone
+        steps = cell["delay_copy"][e]["steps_to_fit"]
+        others = max(cell["delay_copy"][k]["steps_to_fit"] or cap for k in kept)
+        return (f"{e} fitted delay copy in {steps} steps, against at most {others} for the others (cut for time)"
+                if steps else f"{e} did not fit delay copy within {cap} steps on the probe's seed")
+
+    def unfit_s(e, kept):  # (C)'s mixed model learns selective copy too
+        return (f"{e} did not fit selective copy within {cap} steps on the probe's seed, and (C)'s mixed model "
+                "learns it too" if cell["selective_copy"][e]["steps_to_fit"] is None else f"{e}: cut for time")
+
+    for part, key, reason in (("(B)", "diversity_encodings", slower), ("(C)", "transfer_encodings", unfit_s)):
+        kept = setup[key]
+        left = [e for e in DISTANCE_ENCODINGS if e not in kept]
+        if left:
+            text += f" {part} trains {', '.join(kept)} only: " + "; ".join(reason(e, kept) for e in left) + "."
+    return text + " `--full` trains every encoding in every part."
 
 
 def verdicts_section(data: dict) -> list[str]:
     md = ["\n## Verdicts\n", "| question | Paper D | verdict |", "|---|---|---|"]
     md += [f"| {name} | {PAPER_D_FINDINGS[name]} | **{r['verdict']}** |" for name, r in data["verdicts"].items()]
     md.append(f"\nEach question is made of comparisons below, each a gain in accuracy measured per seed, seed s of "
-              "one model against seed s of the other, on the seeds where both fitted their training band (in-band "
-              f"accuracy >= {FIT_BAR}); *{UNFIT}* when one fitted on fewer than two thirds of its seeds. The shared "
+              "one model against seed s of the other, on the seeds where both fitted their training band (train.py's "
+              f"fit check, accuracy >= {FIT_BAR}); *{UNFIT}* when one fitted on fewer than two thirds of its seeds. "
+              "The size comparisons measure fitting itself, so they count every seed. The shared "
               f"rule decides each: reproduced when the mean is >= {THRESHOLD} and the interval lies above 0, "
               f"reversed in the mirror image, smaller than claimed when the interval lies below {THRESHOLD}, "
               "undecided otherwise or with fewer than 3 seeds. " + data["caption"] + " A question is reproduced "
@@ -492,9 +507,9 @@ def size_section(data: dict) -> list[str]:
           f"within the cap of {setup['steps']}).\n",
           "| size | " + " | ".join(f"{e} in range | {e} fitted at" for e in DISTANCE_ENCODINGS) + " |",
           "|---:|" + "---:|" * 2 * len(DISTANCE_ENCODINGS)]
-    for w, runs in data["size"].items():
+    for name, runs in data["size"].items():
         cells = [f"{fmt(runs[e]['in_mean'], form='sd')} | {fitted_at(runs[e])}" for e in DISTANCE_ENCODINGS]
-        md.append(f"| {w} | " + " | ".join(cells) + " |")
+        md.append(f"| {name} | " + " | ".join(cells) + " |")
     return md + verdict_block(data["verdicts"]["size"])
 
 
@@ -628,8 +643,8 @@ def figure(data: dict):
         ax.set(ylim=(-0.02, 1.02), xlabel="delay", ylabel="accuracy", title="(A) delay copy, best seed")
         ax.legend(fontsize=8)
         fig.suptitle(f"Distance generalization (Paper D) at small scale: window {setup['window']}, m {setup['m']}, "
-                     f"{setup['symbols']} symbols, {setup['layers']} layers x {setup['width']}, trained until "
-                     f"each fits or {setup['steps']} steps")
+                     f"{setup['symbols']} symbols; (A)-(C) at {setup['layers']} layers x {setup['width']}; every "
+                     f"model trained until it fits or {setup['steps']} steps")
         fig.tight_layout()
         return fig
 

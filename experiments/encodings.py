@@ -1,6 +1,6 @@
-"""Every encoding on every algorithmic task, each model trained until it has learned its task at the training
-lengths (or a cap of steps), then measured up to 8L, with and without randomized positions: the comparison the
-published studies each make on a few encodings and their own tasks.
+"""Every encoding on algorithmic tasks, each model trained until it has learned its task at the training lengths
+(or a cap of steps), then measured up to 8L, with and without randomized positions: the comparison the published
+studies each make on a few encodings and their own tasks.
 
     python eval.py --experiment encodings --jobs 2 --threads 1     # results/encodings.{md,json,png}
 
@@ -8,7 +8,8 @@ Ruoss et al. 2023 (arXiv 2305.16843) compare none/sinusoidal/relative/RoPE/ALiBi
 randomized positions, on 15 algorithmic tasks; Kazemnejad et al. 2023 (arXiv 2305.19466) compare NoPE, T5's
 bias, ALiBi, RoPE and absolute positions in decoder-only models; FIRE (arXiv 2310.04418) compares itself with
 NoPE, RoPE, ALiBi, KERPLE and T5's bias; xPos (arXiv 2212.10554) with RoPE. Here all nine encodings of
-lengen.py meet the same tasks, model, budget and seeds.
+lengen.py meet the same tasks, model, budget and seeds; the default trains the cells its probe (--probe, run
+first) saw fit within the probe's cap, and says which it left out.
 
 A claim about how a model behaves beyond its training length is only tested by models that learned the task
 at that length: one that did not is still learning, and its accuracy beyond L says how far training got. So
@@ -17,7 +18,7 @@ models that fitted.
 
 Read top to bottom: the setup; training and measuring one model (one job; the jobs are independent, so
 --jobs N runs them in N processes with identical results); the published findings as claims and the rule that
-decides them; the markdown and the heatmaps; run(args).
+decides them; the markdown and the heatmaps; the probe; run(args).
 """
 from __future__ import annotations
 
@@ -182,7 +183,7 @@ def shown(g: dict, what: str = "tasks") -> str:
     return f"{mean:+.3f}{interval} ({len(g['tasks'])} of {g['of']} {what})"
 
 
-def claims(accuracy: dict, steps: dict, tasks_: list[str]) -> dict:
+def claims(accuracy: dict, steps: dict, tasks_: list[str]) -> tuple[dict, str]:
     """The claims table: its comparisons decided as one family (pooled randomized gain, each pairwise comparison
     of the two "X is best" claims, xPos - RoPE); the by-encoding and at-L numbers are shown, not tested."""
     randomized = [e for e in ENCODINGS if e != "nope" and label(e, "randomized") in accuracy[tasks_[0]]]
@@ -261,7 +262,7 @@ def choice(data: dict) -> list[str]:
     """How the default grid was chosen: its probe's table (results/encodings-probe.json, copied into the grid's
     results when it ran), the cells it planned, and what the cells it left out would cost to train."""
     if "probe" not in data:
-        return ["**How this grid was chosen**: no probe on record beside the results (`--probe` writes one), so "
+        return ["**How this design was chosen**: no probe on record beside the results (`--probe` writes one), so "
                 "every cell was planned.", ""]
     probe, setup, full = data["probe"], data["settings"], SCALES["full"]
     left = {t: r for t, r in not_run(data).items() if r}
@@ -271,12 +272,13 @@ def choice(data: dict) -> list[str]:
             f"to {probe['settings']['cap']} steps, at L only). " + probe_cost(probe), "",
             *probe_table(probe["fits"], rows(probe["settings"]), "encoding"), "",
             f"The grid trains the cells whose probe model fitted within {probe['settings']['cap']} steps, "
-            f"{len(setup['seeds'])} seeds each, to a cap of {setup['cap']} (room for a slower seed). Not run, "
-            f"because their probe model was short of the bar at {probe['settings']['cap']} steps: "
-            + "; ".join(f"{t}: {', '.join(r)}" for t, r in left.items()) + f". A claim that rests on them says "
-            f"{UNFIT}. Training them as `--full` does ({len(full['seeds'])} seeds to {full['cap']} steps) would "
-            f"take up to {hours:.0f} CPU-hours at the probe's cost per step; whether they would fit then, the "
-            "probe cannot say (its table shows how far each got).", ""]
+            f"{len(setup['seeds'])} seeds each, to a cap of {setup['cap']} (room for a slower seed)."
+            + (" Not run, because their probe model was short of the bar at "
+               f"{probe['settings']['cap']} steps: " + "; ".join(f"{t}: {', '.join(r)}" for t, r in left.items())
+               + f". A comparison that rests on them says {UNFIT}. Training them as `--full` does "
+               f"({len(full['seeds'])} seeds to {full['cap']} steps) would take up to {hours:.0f} CPU-hours at the "
+               "probe's cost per step; whether they would fit then, the probe cannot say (its table shows how far "
+               "each got)." if left else ""), ""]
 
 
 def markdown(data: dict) -> str:
@@ -317,7 +319,8 @@ def markdown(data: dict) -> str:
     for claim, result in data["claims"].items():
         out.append(f"| {claim} | {PAPER[claim]} | {result['measured']} | **{result['verdict']}** |")
     out += ["", "## Steps to fit (per seed; — did not fit within the cap)", ""] + steps_grid(data)
-    out += ["", "## Accuracy beyond L (mean ± sd over seeds; chance in brackets; † the cell did not fit)", ""]
+    out += ["", "## Accuracy beyond L (mean ± sd over seeds; chance in parentheses; † the cell did not count: "
+            f"a seed did not fit, or fewer than {MIN_SEEDS} seeds)", ""]
     out += grid(data, beyond)
     out += ["", "## Accuracy at L, in distribution (the test set, not the fit sequences)", ""]
     out += grid(data, lambda a: a[0])
@@ -328,7 +331,7 @@ def markdown(data: dict) -> str:
 
 def summary(data: dict) -> str:
     """README.md's table: each published claim, the tasks it could be measured on, its verdict."""
-    rows = ["| claim | measured on (tasks where every cell compared fitted) | verdict |", "|---|---|---|"]
+    rows = ["| claim | measured on (tasks where both cells of a comparison fitted) | verdict |", "|---|---|---|"]
     for claim, r in data["claims"].items():
         rows.append(f"| {claim} | {', '.join(sorted(set(r['tasks']))) or 'none'} | {short(r['verdict'])} |")
     return "\n".join(rows) + "\n"
@@ -364,7 +367,7 @@ def figure(data: dict):
             ax.set_yticks(range(len(labels)), labels, fontsize=8)
             ax.set_title(title, fontsize=10)
         fig.suptitle(f"Every encoding on every task, trained at {L // 2}-{L} tokens until it fits (mean over "
-                     f"{len(data['settings']['seeds'])} seed(s); † did not fit; '+ rand': randomized positions)",
+                     f"{len(data['settings']['seeds'])} seed(s); † did not count; '+ rand': randomized positions)",
                      fontsize=10)
         fig.tight_layout()
         return fig

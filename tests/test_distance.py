@@ -140,7 +140,7 @@ def test_the_default_shows_the_probe_that_planned_it(tmp_path, monkeypatch):
     assert data["probe"] == {k: v for k, v in probe.items() if k != "commands"}
     md = (tmp_path / "out" / "distance.md").read_text()
     assert "## How this design was chosen" in md and probe["command"] in md
-    assert "(B) and (C) train rope, not nope, alibi" in md  # the plan: what its parts train, and why
+    assert "(C) trains rope only: nope " in md  # the plan: what its parts train, and why
     assert all(f"| {row} | " + " | ".join(common.probe_cell(probe["fits"][t][row]) for t in probe["fits"]) + " |"
                in md for row in probe["fits"]["delay_copy"])
     assert lengen_eval.main(["--experiment", "distance", "--threads", "1", "--out-dir", "other", "--force"]) == 0

@@ -187,7 +187,7 @@ def test_the_default_grid_shows_the_probe_that_planned_it(tmp_path, monkeypatch)
     fits = probe["fits"]["latest_recall"]
     assert all(f"| {label} | {common.probe_cell(fit)} |" in markdown for label, fit in fits.items())
     assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "other"]) == 0
-    assert "**How this grid was chosen**: no probe on record" in (tmp_path / "other" / "encodings.md").read_text()
+    assert "**How this design was chosen**: no probe on record" in (tmp_path / "other" / "encodings.md").read_text()
 
 
 def test_a_grid_with_fewer_randomized_variants_compares_only_those():
