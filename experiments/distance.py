@@ -37,7 +37,7 @@ STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every
 # evaluation at d = 1..120; 8 layers x 512, 8 heads, 40K steps of batch 64, lr 3e-4, 3K warm-up, wd 0.05,
 # best of 5 seeds. Every model here trains until it fits its band (common.FIT_BAR on held-out windows at the
 # band's delays, checked every `every` steps) or `steps`, the cap. "default" shrinks the rest until its models
-# train in under an hour on 2 shared CPU cores, as its probe (below) measured them; results/distance.md lists
+# train in about an hour on 2 shared CPU cores, as its probe (below) measured them; results/distance.md lists
 # every change. Bands keep the paper's shape: a middle band, evaluation to 4x its top, an adjacent band just
 # above it and a separated one further out.
 SCALES = {
