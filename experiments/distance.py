@@ -25,9 +25,9 @@ import time
 import torch
 
 from eval import command_line, evaluate_table, load_run, plot_curves, results_name, scale_name
-from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, THRESHOLD, UNFIT, all_of, caption, decide, fmt, line_styles,
-                                map_jobs, probe, probe_cell, probe_cost, probe_on_record, probe_table, rerender,
-                                seed_curve, short, spread, train_once, write_results)
+from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, THRESHOLD, UNFIT, all_of, caption, cpu_seconds, decide,
+                                fmt, line_styles, map_jobs, probe, probe_cell, probe_cost, probe_on_record, probe_table,
+                                rerender, runtime, seed_curve, short, spread, train_once, write_results)
 from runs import read_fit
 
 DISTANCE_ENCODINGS = ("nope", "rope", "alibi")
@@ -706,6 +706,7 @@ def run(args) -> None:
     if scale == "probe":
         return run_probe(args, setup)
     start = time.perf_counter()
+    since = (start, cpu_seconds())
     on_record = probe_on_record("distance", args.out_dir) if scale == "default" else None  # how it was planned
     # Every model first, in --jobs worker processes when asked; a model that two parts share (same settings) is
     # trained once. parts() reads them.
@@ -717,7 +718,7 @@ def run(args) -> None:
     machine = (f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} (load average "
                f"{os.getloadavg()[0]:.1f} at the end)")
     data = {"command": command_line(args), "scale": scale, "settings": setup, "runtime_s": time.perf_counter() - start,
-            "machine": machine,
+            "runtime": runtime(since, args), "machine": machine,  # runtime: CPU time too, workers included
             "transfer_margin": TRANSFER_MARGIN, "alibi_slope_heads": ALIBI_SLOPE_HEADS, **measured}
     if on_record:
         data["probe"] = on_record

@@ -27,6 +27,7 @@ def test_distance_quick_reports_what_its_models_measure(tmp_path, monkeypatch):
     assert "| ALiBi's slopes | the paper's rule for 8 heads | the 8-head slopes, evenly spaced over 4 heads" in md
     data = json.loads((out / "distance.json").read_text())
     assert set(data["verdicts"]) == {"size", "A, delay copy", "A, selective copy", "B", "C"}
+    assert data["runtime"]["cpu_s"] > 0 and data["runtime"]["jobs"] == 1  # what the run cost, CPU time too
     # every curve covers every delay from 0 to 4x the band's top
     top = data["settings"]["top"]
     assert top >= 4 * data["settings"]["band"][1]
