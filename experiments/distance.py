@@ -78,6 +78,11 @@ def size_name(size) -> str:
     return f"{size[0]}x{size[1]}"
 
 
+def probe_row(encoding: str, size) -> str:
+    """A probe's row, one model of each task: 'nope, 4x64'."""
+    return f"{encoding}, {size_name(size)}"
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Training and measuring one curve
 # ---------------------------------------------------------------------------------------------------------
@@ -444,7 +449,7 @@ def design_section(data: dict) -> list[str]:
     if "probe" not in data:
         return []
     probe, setup = data["probe"], data["settings"]
-    rows = [f"{e}, {size_name(s)}" for e in DISTANCE_ENCODINGS for s in probe["settings"]["sizes"]]
+    rows = [probe_row(e, s) for e in DISTANCE_ENCODINGS for s in probe["settings"]["sizes"]]
     return ["\n## How this design was chosen\n", "Before the run, from `results/distance-probe.md`: seed 0 of "
             f"(A)'s models at every size, trained until it fits its band or {probe['settings']['steps']} steps; "
             "nothing outside the band measured. " + probe_cost(probe) + "\n",
@@ -456,7 +461,8 @@ def plan(fits: dict, setup: dict) -> str:
     """What the default took from its probe: one cap for every model, and which encodings (B) and (C) leave out,
     and why (the probe's numbers at (A)'s size)."""
     main, cap = size_name((setup["layers"], setup["width"])), setup["steps"]
-    cell = {t: {e: fits[t][f"{e}, {main}"] for e in DISTANCE_ENCODINGS} for t in fits}
+    cell = {t: {e: fits[t][probe_row(e, (setup["layers"], setup["width"]))] for e in DISTANCE_ENCODINGS}
+            for t in fits}
     why = "; ".join(f"{t}: " + ", ".join(f"{e} {probe_cell(c)}" for e, c in by.items()) for t, by in cell.items())
     text = (f"At (A)'s size, {main}, the probe's steps to fit (or the last check) were {why}. Every model trains "
             f"to the same cap, {cap} steps, and stops as soon as it fits: (A) and the size sweep train every "
@@ -677,10 +683,11 @@ def render(data: dict):
 
 def run_probe(args, setup: dict) -> None:
     """--probe: (A)'s models at seed 0 and every size, each trained until it fits or setup["steps"] (common.probe)."""
-    cells = [(task, f"{e}, {size_name(s)}", model_argv(setup, "probe", args, task, e, 0, setup["band"], None, s))
-             for task in ("delay_copy", "selective_copy") for e in DISTANCE_ENCODINGS for s in setup["sizes"]]
+    models = [(e, s) for e in DISTANCE_ENCODINGS for s in setup["sizes"]]
+    cells = [(task, probe_row(e, s), model_argv(setup, "probe", args, task, e, 0, setup["band"], None, s))
+             for task in ("delay_copy", "selective_copy") for e, s in models]
     data = probe(cells, args, setup)
-    rows = [f"{e}, {size_name(s)}" for e in DISTANCE_ENCODINGS for s in setup["sizes"]]
+    rows = [probe_row(e, s) for e, s in models]
     md = ["# Paper D's probe: steps to fit the training band, one seed a model", "", probe_cost(data), "",
           f"(A)'s models (window {setup['window']}, m {setup['m']}, {setup['symbols']} symbols, delays "
           f"{span(setup['band'])}, {setup['heads']} heads, lr {setup['lr']:g} with cosine decay over "
