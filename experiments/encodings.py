@@ -40,8 +40,8 @@ from runs import read_fit
 # The setup
 # ---------------------------------------------------------------------------------------------------------
 
-# One model for all: train.py's defaults (2 layers, 2 heads, dim 64, batch 32, AdamW 1e-3 with warm-up and
-# cosine decay over the cap), trained at lengths L/2..L until it fits, evaluated at 1, 2, 4 and 8 x L.
+# One model for all: train.py's defaults (2 heads, dim 64, batch 32, AdamW 1e-3 with warm-up and cosine decay
+# over the cap) at setup["layers"] layers, trained at lengths L/2..L until it fits, evaluated at 1, 2, 4 and 8 x L.
 # Fit: accuracy >= FIT_BAR on train.py's held-out fit sequences at L (a seed of their own, neither the training
 # stream nor the test set), checked every `every` steps, up to `cap` steps. The same rule for every model.
 #
@@ -51,13 +51,14 @@ from runs import read_fit
 # contiguous ids instead would measure it on gaps it never saw, even at L.
 TASKS = ("copy", "reverse", "duplicate", "associative_recall", "retrieval", "shift", "latest_recall")
 SCALES = {
-    "quick": dict(L=12, cap=20, every=10, seeds=(0,), samples=16, tasks=("reverse", "shift")),
+    "quick": dict(L=12, layers=2, cap=20, every=10, seeds=(0,), samples=16, tasks=("reverse", "shift")),
     # the cells its probe saw fit within the probe's cap (planned()), 5 seeds each, to twice that cap
-    "default": dict(L=32, cap=8000, every=100, seeds=(0, 1, 2, 3, 4), samples=256,
+    "default": dict(L=32, layers=4, cap=8000, every=100, seeds=(0, 1, 2, 3, 4), samples=256,
                     tasks=("reverse", "retrieval", "shift", "latest_recall")),
-    "full": dict(L=32, cap=12000, every=100, seeds=(0, 1, 2, 3, 4), samples=512, tasks=TASKS),
+    "full": dict(L=32, layers=4, cap=12000, every=100, seeds=(0, 1, 2, 3, 4), samples=512, tasks=TASKS),
     # eval.py --experiment encodings --probe: one seed of every cell, at L only; the default is planned from it
-    "probe": dict(L=32, cap=4000, every=100, seeds=(0,), tasks=("reverse", "retrieval", "shift", "latest_recall")),
+    "probe": dict(L=32, layers=4, cap=4000, every=100, seeds=(0,),
+                  tasks=("reverse", "retrieval", "shift", "latest_recall")),
 }
 # latest_recall with three facts, one of them about another key: the answer is found by matching the key
 TASK_OPTIONS = {"latest_recall": {"statements": 3}}
@@ -102,7 +103,7 @@ def model_argv(task: str, encoding: str, positions: str, seed: int, setup: dict,
     options = [word for flag, value in TASK_OPTIONS.get(task, {}).items() for word in (f"--{flag}", str(value))]
     slopes = ["--alibi-slope-heads", str(ALIBI_SLOPE_HEADS)] if encoding == "alibi" else []
     return ["--task", task, *options, "--encoding", encoding, *slopes, "--positions", positions,
-            "--train-len", f"{L // 2}:{L}",
+            "--layers", str(setup["layers"]), "--train-len", f"{L // 2}:{L}",
             "--steps", str(setup["cap"]), "--fit-bar", str(FIT_BAR), "--fit-every", str(setup["every"]),
             "--seed", str(seed), "--device", device,
             "--out", os.path.join(root, task, f"{encoding}-{positions}-s{seed}"), "--eval-samples", "0", "--force",
@@ -289,7 +290,8 @@ def markdown(data: dict) -> str:
            f"processes), {rt['jobs']} job(s) of {rt['threads']} thread(s), {rt['cores']} cores; {data['models']} "
            f"models, {data['steps_trained']:,} training steps in all (training every model to the cap would take "
            f"{data['models'] * setup['cap']:,}).", "",
-           f"Every model: 2 layers, 2 heads, dim 64, batches of 32 sequences at lengths {L // 2}..{L}, AdamW 1e-3 "
+           f"Every model: {setup.get('layers', 2)} layers, 2 heads, dim 64, batches of 32 sequences at lengths "
+           f"{L // 2}..{L}, AdamW 1e-3 "
            f"with cosine decay over a cap of {setup['cap']} steps, stopped as soon as it **fits**: accuracy >= "
            f"{FIT_BAR} on {train.FIT_SAMPLES} held-out sequences at {L} tokens (a seed used nowhere else), checked "
            f"every {setup['every']} steps. Evaluated on {setup['samples']} test sequences at "

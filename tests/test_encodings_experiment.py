@@ -150,7 +150,7 @@ def test_probe_records_each_cells_fit_and_measures_nothing_beyond_L(tmp_path, mo
     another run's folder, the task's settings or ALiBi's slopes not those the grid trains with, or a model
     measured beyond L (a probe that saw how cells extrapolate would let the plan choose by the results)."""
     monkeypatch.chdir(tmp_path)
-    probe = dict(L=16, cap=20, every=10, seeds=(0,), tasks=("latest_recall",))
+    probe = dict(L=16, layers=2, cap=20, every=10, seeds=(0,), tasks=("latest_recall",))
     monkeypatch.setitem(exp.SCALES, "probe", probe)
     monkeypatch.setattr(exp, "evaluate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured")))
     assert eval.main(["--experiment", "encodings", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
@@ -161,7 +161,7 @@ def test_probe_records_each_cells_fit_and_measures_nothing_beyond_L(tmp_path, mo
         fit = runs.read_fit(str(tmp_path / "runs" / "encodings" / "probe" / "latest_recall" / f"{e}-{p}-s0"))
         assert data["fits"]["latest_recall"][label] == {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1]}
         assert fit["checks"][-1][0] <= 20
-    assert all("--statements 3" in c for c in data["commands"])
+    assert all("--statements 3" in c and "--layers 2" in c for c in data["commands"])
     assert sum("--alibi-slope-heads 8" in c for c in data["commands"]) == 2  # alibi, alibi + rand
     assert data["steps_trained"] == sum(f["last"][0] for f in data["fits"]["latest_recall"].values())
     markdown = (tmp_path / "out" / "encodings-probe.md").read_text()
@@ -175,7 +175,8 @@ def test_the_default_grid_shows_the_probe_that_planned_it(tmp_path, monkeypatch)
     read from another folder than the results', its table not rendered, or a grid run without a probe on
     record failing instead of saying it was designed before the probe."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setitem(exp.SCALES, "probe", dict(L=16, cap=20, every=10, seeds=(0,), tasks=("latest_recall",)))
+    monkeypatch.setitem(exp.SCALES, "probe",
+                        dict(L=16, layers=2, cap=20, every=10, seeds=(0,), tasks=("latest_recall",)))
     monkeypatch.setitem(exp.SCALES, "default", {**QUICK, "tasks": ("latest_recall",), "L": 16})
     assert eval.main(["--experiment", "encodings", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
     assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "out"]) == 0
