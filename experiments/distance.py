@@ -454,7 +454,28 @@ def design_section(data: dict) -> list[str]:
             f"(A)'s models at every size, trained until it fits its band or {probe['settings']['steps']} steps; "
             "nothing outside the band measured. " + probe_cost(probe) + "\n",
             *probe_table(probe["fits"], rows, "model"),
-            "", plan(probe["fits"], setup)]
+            "", plan(probe["fits"], setup) + " " + full_cost(probe, setup)]
+
+
+def step_flops(setup: dict) -> int:
+    """A training step's matrix FLOPs up to a constant: batch x window tokens, each through `layers` layers of
+    12 width^2 (projections and MLP) + 2 window x width (attention scores and their use)."""
+    width, window = setup["width"], setup["window"]
+    return setup["batch"] * window * setup["layers"] * (12 * width ** 2 + 2 * window * width)
+
+
+def full_cost(probe: dict, setup: dict) -> str:
+    """What --full would cost on this machine: its models and caps, at the probe's measured CPU time per step
+    scaled by FLOPs. An estimate on the high side: a tiny model's step carries overheads (Python, small kernels)
+    that a large one's matrices amortise."""
+    full = SCALES["full"]
+    models = len(list(planned_models(full)))
+    per_step = probe["runtime"]["cpu_s"] / probe["steps_trained"] * step_flops(full) / step_flops(setup)
+    return (f"`--full` ({models} models at {full['layers']} x {full['width']}, window {full['window']}, up to "
+            f"{full['steps']:,} steps each) is a GPU's job: by FLOPs a step there is "
+            f"{step_flops(full) / step_flops(setup):,.0f}x one here, about {per_step * full['steps'] / 3600:,.0f} "
+            "CPU-hours a model at the probe's measured cost per step (on the high side: a tiny model's step carries "
+            "overheads a large one amortises).")
 
 
 def plan(fits: dict, setup: dict) -> str:

@@ -146,3 +146,16 @@ def test_the_default_shows_the_probe_that_planned_it(tmp_path, monkeypatch):
                in md for row in probe["fits"]["delay_copy"])
     assert lengen_eval.main(["--experiment", "distance", "--threads", "1", "--out-dir", "other", "--force"]) == 0
     assert "## How this design was chosen" not in (tmp_path / "other" / "distance.md").read_text()
+
+
+def test_full_cost_scales_the_probes_measured_step_by_flops():
+    """The results say what --full would cost here: its models, and the probe's measured CPU time per step times
+    the FLOP ratio of a step at --full's sizes to one at the default's (8 x 512, window 256, batch 64 against
+    4 x 64, window 32, batch 32: 2 x 8 x 2 x 64 = 2048). Bugs caught: the ratio inverted or from the wrong
+    setup, the cost not the probe's own, the models counted from another scale."""
+    probe = {"runtime": {"cpu_s": 100.0}, "steps_trained": 10_000}  # 0.01 CPU-s a step
+    text = exp.full_cost(probe, exp.SCALES["default"])
+    assert f"{len(list(exp.planned_models(exp.SCALES['full'])))} models" in text and "210 models" in text
+    assert "2,048x" in text and "about 228 CPU-hours a model" in text  # 0.01 x 2048 x 40,000 / 3600
+    slower = exp.full_cost({**probe, "runtime": {"cpu_s": 200.0}}, exp.SCALES["default"])
+    assert "about 455 CPU-hours a model" in slower
