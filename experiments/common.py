@@ -454,14 +454,22 @@ def probe(cells: list[tuple[str, str, list[str]]], args, setup: dict, bar=None) 
             "commands": ["python train.py " + " ".join(argv) for *_, argv in cells]}
 
 
-def probe_on_record(name: str, out_dir: str) -> dict | None:
+def probe_on_record(name: str, out_dir: str, settings: dict) -> dict | None:
     """The probe beside an experiment's results (out_dir/NAME-probe.json) without its commands, which its own
-    file keeps: what the default copies into its results as how it was planned. None when there is none."""
+    file keeps: what the default copies into its results as how it was planned. None when there is none. A
+    probe measured with other settings than `settings` (--probe's now) cannot plan this run: UsageError."""
+    path = os.path.join(out_dir, f"{name}-probe.json")
     try:
-        with open(os.path.join(out_dir, f"{name}-probe.json"), encoding="utf-8") as f:
-            return {k: v for k, v in json.load(f).items() if k != "commands"}
+        with open(path, encoding="utf-8") as f:
+            record = {k: v for k, v in json.load(f).items() if k != "commands"}
     except (OSError, ValueError):
         return None
+    now = json.loads(json.dumps(settings))  # as the record stores them: tuples as lists
+    changed = sorted(k for k in set(now) | set(record["settings"]) if now.get(k) != record["settings"].get(k))
+    if changed:
+        raise UsageError(f"{path} was measured with other settings than --probe's now ({', '.join(changed)}): "
+                         f"run `python eval.py --experiment {name} --probe` first, or give another --out-dir")
+    return record
 
 
 def probe_cell(fit: dict) -> str:

@@ -735,7 +735,8 @@ def run(args) -> None:
         return run_probe(args, setup)
     start = time.perf_counter()
     since = (start, cpu_seconds())
-    on_record = probe_on_record("distance", args.out_dir) if scale == "default" else None  # how it was planned
+    # how it was planned
+    on_record = probe_on_record("distance", args.out_dir, SCALES["probe"]) if scale == "default" else None
     # Every model first, in --jobs worker processes when asked; a model that two parts share (same settings) is
     # trained once. parts() reads them.
     keys = list(dict.fromkeys(planned_models(setup)))

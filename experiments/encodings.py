@@ -419,7 +419,7 @@ def run(args) -> None:
         return run_probe(args, setup)
     root = os.path.join("runs", "encodings", scale)
     since = (time.perf_counter(), cpu_seconds())
-    on_record = probe_on_record("encodings", args.out_dir) if scale == "default" else None
+    on_record = probe_on_record("encodings", args.out_dir, SCALES["probe"]) if scale == "default" else None
     jobs = [(t, e, p, seed, setup, root, args.device) for t, e, p in planned(setup, on_record)
             for seed in setup["seeds"]]
     with tqdm(total=len(jobs), desc="encodings") as bar:

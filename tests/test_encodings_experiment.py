@@ -170,10 +170,11 @@ def test_probe_records_each_cells_fit_and_measures_nothing_beyond_L(tmp_path, mo
     assert not (tmp_path / "out" / "encodings.json").exists()  # a probe never replaces the grid's results
 
 
-def test_the_default_grid_shows_the_probe_that_planned_it(tmp_path, monkeypatch):
+def test_the_default_grid_shows_the_probe_that_planned_it(tmp_path, monkeypatch, capsys):
     """results/encodings.md says how its design was chosen from the probe's own file. Bugs caught: the probe
-    read from another folder than the results', its table not rendered, or a grid run without a probe on
-    record failing instead of saying it was designed before the probe."""
+    read from another folder than the results', its table not rendered, a grid run without a probe on
+    record failing instead of saying it was designed before the probe, or a grid planned from a probe measured
+    with other settings than --probe's now (a deeper model, say) instead of one line and exit status 2."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(exp.SCALES, "probe",
                         dict(L=16, layers=2, cap=20, every=10, seeds=(0,), tasks=("latest_recall",)))
@@ -189,6 +190,13 @@ def test_the_default_grid_shows_the_probe_that_planned_it(tmp_path, monkeypatch)
     assert all(f"| {label} | {common.probe_cell(fit)} |" in markdown for label, fit in fits.items())
     assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "other"]) == 0
     assert "**How this design was chosen**: no probe on record" in (tmp_path / "other" / "encodings.md").read_text()
+    before = (tmp_path / "out" / "encodings.json").read_bytes()
+    monkeypatch.setitem(exp.SCALES, "probe", {**exp.SCALES["probe"], "layers": 4})
+    capsys.readouterr()
+    assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "out", "--force"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "other settings than --probe's now (layers)" in error, error
+    assert (tmp_path / "out" / "encodings.json").read_bytes() == before  # nothing written is lost
 
 
 def test_a_grid_with_fewer_randomized_variants_compares_only_those():
