@@ -221,11 +221,12 @@ def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     setup = {**QUICK, "tasks": ("reverse",), "seeds": (0, 1)}
     monkeypatch.setitem(exp.SCALES, "default", setup)
+    monkeypatch.setitem(exp.SCALES, "probe", {**setup, "cap": 20})  # the probe on record is --probe's now
     fitted = {"rope", "rope + rand"}
     fits = {"reverse": {row: {"steps_to_fit": 10 if row in fitted else None, "last": [10 if row in fitted else 20,
                                                                                      0.95 if row in fitted else 0.4]}
                         for row in exp.rows(setup)}}
-    probe = {"command": "python eval.py --experiment encodings --probe", "settings": {**setup, "cap": 20},
+    probe = {"command": "python eval.py --experiment encodings --probe", "settings": exp.SCALES["probe"],
              "runtime": {"wall_s": 6.0, "cpu_s": 6.0, "jobs": 1, "threads": 1}, "fits": fits, "models": len(fits),
              "steps_trained": 300, "commands": []}
     (tmp_path / "out").mkdir()
