@@ -259,6 +259,14 @@ def not_run(data: dict) -> dict[str, list[str]]:
             for t in data["settings"]["tasks"]}
 
 
+def predicted_cpu_s(probe: dict, cells: list[tuple[str, str]], seeds: int) -> float:
+    """What the probe predicts the planned cells (task, row) cost to train: each cell's probe steps to fit, once
+    per seed, at the probe's CPU seconds per step. A seed slower than the probe's, and evaluation, add to it;
+    a cell of a task the probe did not measure adds nothing."""
+    steps = sum(probe["fits"][t][row]["steps_to_fit"] for t, row in cells if t in probe["fits"])
+    return steps * seeds * probe["runtime"]["cpu_s"] / probe["steps_trained"]
+
+
 def choice(data: dict) -> list[str]:
     """How the default grid was chosen: its probe's table (results/encodings-probe.json, copied into the grid's
     results when it ran), the cells it planned, and what the cells it left out would cost to train."""
@@ -269,11 +277,16 @@ def choice(data: dict) -> list[str]:
     left = {t: r for t, r in not_run(data).items() if r}
     cpu_per_step = probe["runtime"]["cpu_s"] / probe["steps_trained"]
     hours = sum(map(len, left.values())) * len(full["seeds"]) * full["cap"] * cpu_per_step / 3600
+    ran = [(t, row) for t, by_row in data["accuracy"].items() for row, per_seed in by_row.items() if per_seed]
+    predicted = predicted_cpu_s(probe, ran, len(setup["seeds"])) / 60
     return ["**How this design was chosen** (before the run, from `results/encodings-probe.md`: one seed a cell, "
             f"to {probe['settings']['cap']} steps, at L only). " + probe_cost(probe), "",
             *probe_table(probe["fits"], rows(probe["settings"]), "encoding"), "",
             f"The grid trains the cells whose probe model fitted within {probe['settings']['cap']} steps, "
-            f"{len(setup['seeds'])} seeds each, to a cap of {setup['cap']} (room for a slower seed)."
+            f"{len(setup['seeds'])} seeds each, to a cap of {setup['cap']} (room for a slower seed): "
+            f"{len(ran)} cells, {data['models']} models, predicted at {predicted:.0f} CPU-min of training (each "
+            f"cell's probe steps to fit x seeds, at the probe's CPU-s per step); they took "
+            f"{data['runtime']['cpu_s'] / 60:.0f} CPU-min, evaluation included."
             + (" Not run, because their probe model was short of the bar at "
                f"{probe['settings']['cap']} steps: " + "; ".join(f"{t}: {', '.join(r)}" for t, r in left.items())
                + f". A comparison that rests on them says {UNFIT}. Training them as `--full` does "

@@ -240,4 +240,7 @@ def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypat
         assert not exp.cell_fitted(data["steps_to_fit"], "reverse", row) or row in fitted
     markdown = (tmp_path / "out" / "encodings.md").read_text()
     assert "| nope | not run |" in markdown and "reverse: nope, learned, learned + rand" in markdown
+    # the cost the probe predicted: 2 cells x 10 steps to fit x 2 seeds, at its 6 CPU-s per 300 steps
+    assert "2 cells, 4 models, predicted at" in markdown
+    assert exp.predicted_cpu_s(probe, [("reverse", "rope"), ("reverse", "rope + rand")], 2) == pytest.approx(0.8)
     assert data["claims"]["xPos beats RoPE"]["verdict"] == common.UNFIT  # xPos was not run
