@@ -83,13 +83,19 @@ def label(encoding: str, positions: str) -> str:
 
 def planned(setup: dict, probe: dict | None) -> list[tuple[str, str, str]]:
     """(task, encoding, positions) of every cell the grid trains. With its probe on record (the default), the
-    cells whose probe model fitted within the probe's cap: a cell that did not is not run (the results show how
-    far its probe got), so no seed is spent on a model the budget cannot fit. Without one, every cell."""
+    cells whose probe model fitted within the probe's cap and that some comparison of the claims table can use
+    (the other cell of it fitted too): a cell that did not fit is not run (the results show how far its probe
+    got), nor one whose every partner did not, so no seed is spent on a model the budget cannot fit or no claim
+    can read. Without a probe, every cell."""
     cells = [(t, e, p) for t in setup["tasks"] for e, p in variants(setup)]
     if probe is None:
         return cells
     fits = probe["fits"]
-    return [(t, e, p) for t, e, p in cells if t not in fits or fits[t][label(e, p)]["steps_to_fit"] is not None]
+    fitted = {(t, label(e, p)) for t, e, p in cells if t not in fits or fits[t][label(e, p)]["steps_to_fit"] is not None}
+    randomized = [e for e, p in variants(setup) if p == "randomized"]
+    used = {(t, row) for triples in comparisons(setup["tasks"], randomized).values() for t, b, w in triples
+            if (t, b) in fitted and (t, w) in fitted for row in (b, w)}
+    return [(t, e, p) for t, e, p in cells if (t, label(e, p)) in used]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -154,6 +160,17 @@ PAPER = {
 }
 KAZEMNEJAD = ("nope", "t5", "alibi", "rope", "learned", "sinusoidal")
 FIRE_FIELD = ("fire", "nope", "rope", "alibi", "kerple", "t5")
+FIELDS = {"NoPE generalizes best": KAZEMNEJAD, "FIRE generalizes best": FIRE_FIELD}  # the first beats the rest
+
+
+def comparisons(tasks_: list[str], randomized: list[str]) -> dict[str, list[tuple[str, str, str]]]:
+    """The claims table's comparisons, one Holm family: each a list of (task, better, worse) cells, pooled by
+    gain(). `randomized`: the encodings trained with randomized ids too."""
+    family = {"randomized positions help": [(t, label(e, "randomized"), e) for e in randomized for t in tasks_],
+              "xPos beats RoPE": [(t, "xpos", "rope") for t in tasks_]}
+    for field in FIELDS.values():
+        family |= {f"{field[0]} - {o}": [(t, field[0], o) for t in tasks_] for o in field[1:]}
+    return family
 
 
 def cell_fitted(steps: dict, task: str, row: str) -> bool:
@@ -188,12 +205,9 @@ def claims(accuracy: dict, steps: dict, tasks_: list[str]) -> tuple[dict, str]:
     """The claims table: its comparisons decided as one family (pooled randomized gain, each pairwise comparison
     of the two "X is best" claims, xPos - RoPE); the by-encoding and at-L numbers are shown, not tested."""
     randomized = [e for e in ENCODINGS if e != "nope" and label(e, "randomized") in accuracy[tasks_[0]]]
-    pairs = [(t, label(e, "randomized"), e) for e in randomized for t in tasks_]
-    family = {"randomized positions help": gain(accuracy, steps, pairs),
-              "xPos beats RoPE": gain(accuracy, steps, [(t, "xpos", "rope") for t in tasks_])}
-    fields = {"NoPE generalizes best": KAZEMNEJAD, "FIRE generalizes best": FIRE_FIELD}
-    for field in fields.values():
-        family |= {f"{field[0]} - {o}": gain(accuracy, steps, [(t, field[0], o) for t in tasks_]) for o in field[1:]}
+    triples = comparisons(tasks_, randomized)
+    pairs = triples["randomized positions help"]
+    family = {k: gain(accuracy, steps, t) for k, t in triples.items()}
     decided = decide({k: g["per_unit"] for k, g in family.items()}, THRESHOLD,
                      fitted={k: bool(g["tasks"]) for k, g in family.items()})
     family = {k: {**g, **decided[k]} for k, g in family.items()}
@@ -204,7 +218,7 @@ def claims(accuracy: dict, steps: dict, tasks_: list[str]) -> tuple[dict, str]:
         **pooled, "measured": f"over every fitted (encoding, task) pair: {shown(pooled, 'pairs')}, at L itself "
                               f"{shown(at_L, 'pairs')}; by encoding: " + "; ".join(f"{e} {shown(g)}"
                                                                                    for e, g in each.items())}}
-    for claim, field in fields.items():
+    for claim, field in FIELDS.items():
         each = {o: family[f"{field[0]} - {o}"] for o in field[1:]}
         out[claim] = {"measured": "; ".join(f"{field[0]} - {o} {shown(g)}" for o, g in each.items()),
                       "comparisons": {o: g["verdict"] for o, g in each.items()},
@@ -267,6 +281,11 @@ def predicted_cpu_s(probe: dict, cells: list[tuple[str, str]], seeds: int) -> fl
     return steps * seeds * probe["runtime"]["cpu_s"] / probe["steps_trained"]
 
 
+def named(cells: dict[str, list[str]]) -> str:
+    """{task: rows} as 'reverse: nope, learned; shift: nope'."""
+    return "; ".join(f"{t}: {', '.join(r)}" for t, r in cells.items() if r)
+
+
 def choice(data: dict) -> list[str]:
     """How the default grid was chosen: its probe's table (results/encodings-probe.json, copied into the grid's
     results when it ran), the cells it planned, and what the cells it left out would cost to train."""
@@ -274,25 +293,29 @@ def choice(data: dict) -> list[str]:
         return ["**How this design was chosen**: no probe on record beside the results (`--probe` writes one), so "
                 "every cell was planned.", ""]
     probe, setup, full = data["probe"], data["settings"], SCALES["full"]
+    fits = probe["fits"]
     left = {t: r for t, r in not_run(data).items() if r}
+    unfit = {t: [row for row in r if fits[t][row]["steps_to_fit"] is None] for t, r in left.items()}
+    unused = {t: [row for row in r if row not in unfit[t]] for t, r in left.items()}
     cpu_per_step = probe["runtime"]["cpu_s"] / probe["steps_trained"]
-    hours = sum(map(len, left.values())) * len(full["seeds"]) * full["cap"] * cpu_per_step / 3600
+    hours = sum(map(len, unfit.values())) * len(full["seeds"]) * full["cap"] * cpu_per_step / 3600
     ran = [(t, row) for t, by_row in data["accuracy"].items() for row, per_seed in by_row.items() if per_seed]
     predicted = predicted_cpu_s(probe, ran, len(setup["seeds"])) / 60
     return ["**How this design was chosen** (before the run, from `results/encodings-probe.md`: one seed a cell, "
             f"to {probe['settings']['cap']} steps, at L only). " + probe_cost(probe), "",
-            *probe_table(probe["fits"], rows(probe["settings"]), "encoding"), "",
-            f"The grid trains the cells whose probe model fitted within {probe['settings']['cap']} steps, "
-            f"{len(setup['seeds'])} seeds each, to a cap of {setup['cap']} (room for a slower seed): "
-            f"{len(ran)} cells, {data['models']} models, predicted at {predicted:.0f} CPU-min of training (each "
-            f"cell's probe steps to fit x seeds, at the probe's CPU-s per step); they took "
-            f"{data['runtime']['cpu_s'] / 60:.0f} CPU-min, evaluation included."
+            *probe_table(fits, rows(probe["settings"]), "encoding"), "",
+            f"The grid trains the cells whose probe model fitted within {probe['settings']['cap']} steps"
+            + (" and that a comparison of the claims table can use (its other cell fitted too)"
+               if data.get("partnered") else "") + f", {len(setup['seeds'])} seeds each, to a cap of {setup['cap']} (room for a slower seed): {len(ran)} cells, {data['models']} models, "
+            f"predicted at {predicted:.0f} CPU-min of training (each cell's probe steps to fit x seeds, at the "
+            f"probe's CPU-s per step); they took {data['runtime']['cpu_s'] / 60:.0f} CPU-min, evaluation included."
             + (" Not run, because their probe model was short of the bar at "
-               f"{probe['settings']['cap']} steps: " + "; ".join(f"{t}: {', '.join(r)}" for t, r in left.items())
-               + f". A comparison that rests on them says {UNFIT}. Training them as `--full` does "
-               f"({len(full['seeds'])} seeds to {full['cap']} steps) would take up to {hours:.0f} CPU-hours at the "
-               "probe's cost per step; whether they would fit then, the probe cannot say (its table shows how far "
-               "each got)." if left else ""), ""]
+               f"{probe['settings']['cap']} steps: {named(unfit)}. A comparison that rests on them says {UNFIT}. "
+               f"Training them as `--full` does ({len(full['seeds'])} seeds to {full['cap']} steps) would take up "
+               f"to {hours:.0f} CPU-hours at the probe's cost per step; whether they would fit then, the probe "
+               "cannot say (its table shows how far each got)." if any(unfit.values()) else "")
+            + (f" Not run, because every cell they would be compared with did not fit: {named(unused)}."
+               if any(unused.values()) else ""), ""]
 
 
 def markdown(data: dict) -> str:
@@ -451,7 +474,7 @@ def run(args) -> None:
             "alibi_slope_heads": ALIBI_SLOPE_HEADS, "accuracy": accuracy,
             "steps_to_fit": steps, "commands": ["python train.py " + " ".join(model_argv(*job)) for job in jobs]}
     if on_record:
-        data["probe"] = on_record
+        data["probe"], data["partnered"] = on_record, True  # planned(): fitted cells a comparison can use
     data["claims"], data["caption"] = claims(accuracy, steps, setup["tasks"])
     write_results("encodings", markdown(data), data, figure(data), args.out_dir)
 

@@ -214,15 +214,16 @@ def test_a_grid_with_fewer_randomized_variants_compares_only_those():
 
 
 def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypatch):
-    """planned(): with a probe on record, the default spends no seed on a cell whose probe model did not fit,
-    shows it as not run, and says what it left out. Bugs caught: the plan ignoring the probe (every cell
-    trained), reading the probe's fits the wrong way round (only the unfit cells trained), a cell not run
-    counted as fitted, or a claim resting on one."""
+    """planned(): with a probe on record, the default spends no seed on a cell whose probe model did not fit, or
+    whose every partner in the claims table did not, shows it as not run, and says why. Bugs caught: the plan
+    ignoring the probe (every cell trained), reading the probe's fits the wrong way round (only the unfit cells
+    trained), training a cell no comparison can read, a cell not run counted as fitted, or a claim resting on
+    one."""
     monkeypatch.chdir(tmp_path)
     setup = {**QUICK, "tasks": ("reverse",), "seeds": (0, 1)}
     monkeypatch.setitem(exp.SCALES, "default", setup)
     monkeypatch.setitem(exp.SCALES, "probe", {**setup, "cap": 20})  # the probe on record is --probe's now
-    fitted = {"rope", "rope + rand"}
+    fitted = {"rope", "rope + rand", "learned + rand"}  # learned + rand's one comparison is with learned: unfit
     fits = {"reverse": {row: {"steps_to_fit": 10 if row in fitted else None, "last": [10 if row in fitted else 20,
                                                                                      0.95 if row in fitted else 0.4]}
                         for row in exp.rows(setup)}}
@@ -236,10 +237,11 @@ def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypat
     assert data["models"] == 2 * len(setup["seeds"]) and len(data["commands"]) == data["models"]
     assert all(" --encoding rope " in c for c in data["commands"])
     for row, per_seed in data["accuracy"]["reverse"].items():
-        assert len(per_seed) == (len(setup["seeds"]) if row in fitted else 0), row
+        assert len(per_seed) == (len(setup["seeds"]) if row in {"rope", "rope + rand"} else 0), row
         assert not exp.cell_fitted(data["steps_to_fit"], "reverse", row) or row in fitted
     markdown = (tmp_path / "out" / "encodings.md").read_text()
-    assert "| nope | not run |" in markdown and "reverse: nope, learned, learned + rand" in markdown
+    assert "| nope | not run |" in markdown and "reverse: nope, learned, sinusoidal" in markdown
+    assert "every cell they would be compared with did not fit: reverse: learned + rand." in markdown
     # the cost the probe predicted: 2 cells x 10 steps to fit x 2 seeds, at its 6 CPU-s per 300 steps
     assert "2 cells, 4 models, predicted at" in markdown
     assert exp.predicted_cpu_s(probe, [("reverse", "rope"), ("reverse", "rope + rand")], 2) == pytest.approx(0.8)
