@@ -458,6 +458,10 @@ def run(args) -> None:
     on_record = probe_on_record("encodings", args.out_dir, SCALES["probe"]) if scale == "default" else None
     jobs = [(t, e, p, seed, setup, root, args.device) for t, e, p in planned(setup, on_record)
             for seed in setup["seeds"]]
+    if on_record:  # said before the run spends it
+        cells = {(t, label(e, p)) for t, e, p, *_ in jobs}
+        tqdm.write(f"encodings: {len(cells)} cells planned from the probe, {len(jobs)} models; the probe predicts "
+                   f"{predicted_cpu_s(on_record, cells, len(setup['seeds'])) / 60:.0f} CPU-min of training")
     with tqdm(total=len(jobs), desc="encodings") as bar:
         results = map_jobs(train_and_measure, jobs, args.jobs, args.threads or 1, bar)
     # accuracy[task][variant label]: one list of accuracies at MULTIPLES x L per seed (none: not run);

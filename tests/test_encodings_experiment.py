@@ -213,7 +213,7 @@ def test_a_grid_with_fewer_randomized_variants_compares_only_those():
     assert pooled["per_unit"] == pytest.approx([0.4] * 3) and pooled["of"] == len(tasks_)
 
 
-def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypatch):
+def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypatch, capsys):
     """planned(): with a probe on record, the default spends no seed on a cell whose probe model did not fit, or
     whose every partner in the claims table did not, shows it as not run, and says why. Bugs caught: the plan
     ignoring the probe (every cell trained), reading the probe's fits the wrong way round (only the unfit cells
@@ -233,6 +233,7 @@ def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypat
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "encodings-probe.json").write_text(json.dumps(probe))
     assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "out"]) == 0
+    assert "2 cells planned from the probe, 4 models; the probe predicts 0 CPU-min" in capsys.readouterr().out
     data = json.loads((tmp_path / "out" / "encodings.json").read_text())
     assert data["models"] == 2 * len(setup["seeds"]) and len(data["commands"]) == data["models"]
     assert all(" --encoding rope " in c for c in data["commands"])
