@@ -304,6 +304,9 @@ def choice(data: dict) -> list[str]:
     hours = sum(map(len, unfit.values())) * len(full["seeds"]) * full["cap"] * cpu_per_step / 3600
     ran = [(t, row) for t, by_row in data["accuracy"].items() for row, per_seed in by_row.items() if per_seed]
     predicted = predicted_cpu_s(probe, ran, len(setup["seeds"])) / 60
+    every = {**setup, "tasks": list(fits), "seeds": full["seeds"]}  # every task the probe measured, 5 seeds
+    whole = [(t, label(e, p)) for t, e, p in planned(every, probe)]
+    whole_min = predicted_cpu_s(probe, whole, len(full["seeds"])) / 60
     return ["**How this design was chosen** (before the run, from `results/encodings-probe.md`: one seed a cell, "
             f"to {probe['settings']['cap']} steps, at L only). " + probe_cost(probe), "",
             *probe_table(fits, rows(probe["settings"]), "encoding"), "",
@@ -312,6 +315,8 @@ def choice(data: dict) -> list[str]:
                if data.get("partnered") else "") + f", {len(setup['seeds'])} seeds each, to a cap of {setup['cap']} (room for a slower seed): {len(ran)} cells, {data['models']} models, "
             f"predicted at {predicted:.0f} CPU-min of training (each cell's probe steps to fit x seeds, at the "
             f"probe's CPU-s per step); they took {data['runtime']['cpu_s'] / 60:.0f} CPU-min, evaluation included."
+            + (f" By the same count, every task the probe measured at {len(full['seeds'])} seeds would be "
+               f"{len(whole)} cells, {whole_min:.0f} CPU-min." if set(fits) != set(setup["tasks"]) else "")
             + (" Not run, because their probe model was short of the bar at "
                f"{probe['settings']['cap']} steps: {named(unfit)}. A comparison leaves out the tasks where they "
                f"are one of its cells, and says {UNFIT} when no task is left. "

@@ -224,9 +224,9 @@ def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypat
     monkeypatch.setitem(exp.SCALES, "default", setup)
     monkeypatch.setitem(exp.SCALES, "probe", {**setup, "cap": 20})  # the probe on record is --probe's now
     fitted = {"rope", "rope + rand", "learned + rand"}  # learned + rand's one comparison is with learned: unfit
-    fits = {"reverse": {row: {"steps_to_fit": 10 if row in fitted else None, "last": [10 if row in fitted else 20,
-                                                                                     0.95 if row in fitted else 0.4]}
-                        for row in exp.rows(setup)}}
+    fit = {row: {"steps_to_fit": 10 if row in fitted else None,
+                 "last": [10, 0.95] if row in fitted else [20, 0.4]} for row in exp.rows(setup)}
+    fits = {"reverse": fit, "shift": fit}  # shift: probed, not planned
     probe = {"command": "python eval.py --experiment encodings --probe", "settings": exp.SCALES["probe"],
              "runtime": {"wall_s": 6.0, "cpu_s": 6.0, "jobs": 1, "threads": 1}, "fits": fits, "models": len(fits),
              "steps_trained": 300, "commands": []}
@@ -245,5 +245,6 @@ def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypat
     assert "every cell they would be compared with did not fit: reverse: learned + rand." in markdown
     # the cost the probe predicted: 2 cells x 10 steps to fit x 2 seeds, at its 6 CPU-s per 300 steps
     assert "2 cells, 4 models, predicted at" in markdown
+    assert "every task the probe measured at 5 seeds would be 4 cells, 0 CPU-min." in markdown
     assert exp.predicted_cpu_s(probe, [("reverse", "rope"), ("reverse", "rope + rand")], 2) == pytest.approx(0.8)
     assert data["claims"]["xPos beats RoPE"]["verdict"] == common.UNFIT  # xPos was not run
