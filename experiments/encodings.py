@@ -94,7 +94,8 @@ def planned(setup: dict, probe: dict | None) -> list[tuple[str, str, str]]:
     if probe is None:
         return cells
     fits = probe["fits"]
-    fitted = {(t, label(e, p)) for t, e, p in cells if t not in fits or fits[t][label(e, p)]["steps_to_fit"] is not None}
+    fitted = {(t, label(e, p)) for t, e, p in cells
+              if t not in fits or fits[t][label(e, p)]["steps_to_fit"] is not None}
     randomized = [e for e, p in variants(setup) if p == "randomized"]
     used = {(t, row) for triples in comparisons(setup["tasks"], randomized).values() for t, b, w in triples
             if (t, b) in fitted and (t, w) in fitted for row in (b, w)}
@@ -312,9 +313,11 @@ def choice(data: dict) -> list[str]:
             *probe_table(fits, rows(probe["settings"]), "encoding"), "",
             f"The grid trains the cells whose probe model fitted within {probe['settings']['cap']} steps"
             + (" and that a comparison of the claims table can use (its other cell fitted too)"
-               if data.get("partnered") else "") + f", {len(setup['seeds'])} seeds each, to a cap of {setup['cap']} (room for a slower seed): {len(ran)} cells, {data['models']} models, "
-            f"predicted at {predicted:.0f} CPU-min of training (each cell's probe steps to fit x seeds, at the "
-            f"probe's CPU-s per step); they took {data['runtime']['cpu_s'] / 60:.0f} CPU-min, evaluation included."
+               if data.get("partnered") else "")
+            + f", {len(setup['seeds'])} seeds each, to a cap of {setup['cap']} (room for a slower seed): "
+            f"{len(ran)} cells, {data['models']} models, predicted at {predicted:.0f} CPU-min of training (each "
+            f"cell's probe steps to fit x seeds, at the probe's CPU-s per step); they took "
+            f"{data['runtime']['cpu_s'] / 60:.0f} CPU-min, evaluation included."
             + (f" By the same count, every task the probe measured at {len(full['seeds'])} seeds would be "
                f"{len(whole)} cells, {whole_min:.0f} CPU-min." if set(fits) != set(setup["tasks"]) else "")
             + (" Not run, because their probe model was short of the bar at "
