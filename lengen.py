@@ -681,20 +681,33 @@ def alibi_blocks(positions: torch.Tensor, top_slope: float, span: float = ALIBI_
     return blocks if start == T else None
 
 
+# CPU's flash kernel also returns each query's log-sum-exp (a private aten op; None where torch lacks it). With
+# it, a later block needs no float mask: see alibi_attention.
+_FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def _before_and_within(q, k, v, start: int, scale: float) -> torch.Tensor:
+    """A block of queries, from key position `start` on, against keys k: those before the block, all visible,
+    and the block's own, a square causal corner. One flash call each, with no mask, merged by their log-sum-exps
+    l1, l2: softmax over both sets = (e^l1 o1 + e^l2 o2) / (e^l1 + e^l2) = o2 + sigmoid(l1 - l2) (o1 - o2)."""
+    o1, l1 = _FLASH_WITH_LSE(q, k[:, :, :start], v[:, :, :start], 0.0, False, scale=scale)
+    o2, l2 = _FLASH_WITH_LSE(q, k[:, :, start:], v[:, :, start:], 0.0, True, scale=scale)
+    return o2 + torch.sigmoid(l1 - l2)[..., None] * (o1 - o2)
+
+
 def alibi_attention(q, k, v, slopes: torch.Tensor, positions: torch.Tensor, blocks) -> torch.Tensor:
     """ALiBi's softmax attention (alibi_bias added to the logits) through scaled_dot_product_attention, with the
     bias as one more head dimension (derived above); blocks from alibi_blocks. v gets a zero column, since the
     fused kernels want one head size for q, k and v. Block 0 is plain causal; a later block's queries see every
-    key up to their own, a corner of one float mask. Returns (B, H, T, D)."""
+    key up to their own: without gradients on CPU, two unmasked calls merged (_before_and_within); otherwise
+    one call with a corner of one float mask (the log-sum-exp has no gradient). Returns (B, H, T, D)."""
     B, H, T, D = q.shape
     q = torch.cat((q, q.new_full((B, H, T, 1), math.sqrt(D))), dim=-1)
     v = torch.cat((v, v.new_zeros(B, H, T, 1)), dim=-1)
     keys = None if torch.is_grad_enabled() else torch.cat((k, k.new_empty(B, H, T, 1)), dim=-1)  # see below
+    merge = keys is not None and q.device.type == "cpu" and _FLASH_WITH_LSE is not None
     positions = positions.reshape(-1, 1, T)  # (B|1, 1, T)
-    rows = max(stop - start for start, stop in blocks)
-    corner = torch.zeros(rows, T, dtype=q.dtype, device=q.device).masked_fill(
-        ~_causal_mask(T - rows, T, q.device), float("-inf"))  # the last `rows` queries against all T keys
-    out = []
+    scale, corner, out = 1 / math.sqrt(D), None, []
     for start, stop in blocks:
         middle = (positions[..., start:start + 1] + positions[..., stop - 1:stop]) // 2  # r
         offset = (slopes[:, None] * (positions[..., :stop] - middle)).to(k.dtype)  # (B|1, H, stop)
@@ -703,9 +716,19 @@ def alibi_attention(q, k, v, slopes: torch.Tensor, positions: torch.Tensor, bloc
         else:  # no gradients: one copy of the keys, its last column rewritten for each block
             key = keys[:, :, :stop]
             key[..., D] = offset
-        mask = None if start == 0 else corner[rows - (stop - start):, T - stop:]
-        out.append(F.scaled_dot_product_attention(q[:, :, start:stop], key, v[:, :, :stop], attn_mask=mask,
-                                                  is_causal=start == 0, scale=1 / math.sqrt(D))[..., :D])
+        if start == 0:
+            block = F.scaled_dot_product_attention(q[:, :, :stop], key, v[:, :, :stop], is_causal=True, scale=scale)
+        elif merge:
+            block = _before_and_within(q[:, :, start:stop], key, v[:, :, :stop], start, scale)
+        else:
+            if corner is None:  # the last `rows` queries against all T keys, causal: each block reads a corner
+                rows = max(b - a for a, b in blocks)
+                corner = torch.zeros(rows, T, dtype=q.dtype, device=q.device).masked_fill(
+                    ~_causal_mask(T - rows, T, q.device), float("-inf"))
+            mask = corner[corner.shape[0] - (stop - start):, T - stop:]
+            block = F.scaled_dot_product_attention(q[:, :, start:stop], key, v[:, :, :stop], attn_mask=mask,
+                                                   scale=scale)
+        out.append(block[..., :D])
     return torch.cat(out, dim=2)
 
 

@@ -38,16 +38,19 @@ def fused(q, k, v, slopes, positions):
     (2, 3000, 2 ** 14, 2),       # randomized, different in every row (gaps ~5)
     (1, 4096, 2 ** 20, 1),       # randomized up to 2^20 (gaps ~256): one head, slope 1/256
 ])
-def test_fused_alibi_equals_the_bias_on_the_logits(heads, length, top, batch):
+@pytest.mark.parametrize("gradients", [True, False])  # a float mask's corner; two calls merged (CPU, no autograd)
+def test_fused_alibi_equals_the_bias_on_the_logits(heads, length, top, batch, gradients):
     """Bug caught: the extra column's sign flipped, the block offset dropped (m p_j instead of m (p_j - r):
     errors of 1e-4 at a few thousand positions), the key block not cut at its queries' last key, the causal mask
     of a later block aligned to its top-left corner, the output's extra column kept, or the scale left at
-    1/sqrt(D + 1)."""
+    1/sqrt(D + 1); without gradients, the two merged halves weighted the wrong way round (sigmoid(l2 - l1)) or the
+    block's own keys not causal."""
     q, k, v = qkv(batch, heads, length)
     slopes = L.alibi_slopes(heads)
     positions = torch.arange(length) if top is None else L.randomized_positions(
         batch, length, top, generator=torch.Generator().manual_seed(1))
-    out, blocks = fused(q, k, v, slopes, positions)
+    with torch.set_grad_enabled(gradients):
+        out, blocks = fused(q, k, v, slopes, positions)
     assert len(blocks) > 1 and blocks[-1][1] == length  # more than one block, and every query in one
     assert out.shape == q.shape
     assert (out.double() - reference(q, k, v, slopes, positions)).abs().max() < TOLERANCE
@@ -60,7 +63,8 @@ def test_fused_alibi_holds_at_32k_contiguous_tokens():
     q, k, v = qkv(1, heads, length, head_dim=8)
     slopes = L.alibi_slopes(heads)
     positions = torch.arange(length)
-    out, _ = fused(q, k, v, slopes, positions)
+    with torch.no_grad():  # as an evaluation runs it: on CPU, each block's two halves merged
+        out, _ = fused(q, k, v, slopes, positions)
     rows = torch.arange(length - 64, length)  # the last queries see every key: check them in float64
     bias = L.alibi_bias(L.distances(positions[rows], positions)[:, None], slopes[:, None, None])[0].double()
     logits = q[0, :, rows].double() @ k[0].double().transpose(-2, -1) / 8 ** 0.5 + bias
@@ -162,7 +166,9 @@ def test_fused_alibi_runs_in_torchs_fused_kernel_not_its_math_fallback():
             return func(*args, **(kwargs or {}))
 
     q, k, v = qkv(1, 8, 300)
-    with torch.no_grad(), Kernels() as kernels:
-        _, blocks = fused(q, k, v, L.alibi_slopes(8), torch.arange(300))
-    flash = [op for op in kernels.seen if "flash_attention" in op]
-    assert len(flash) == len(blocks) > 1 and not any("softmax" in op for op in kernels.seen)
+    for gradients in (True, False):  # one call a block; without autograd, two for each block after the first
+        with torch.set_grad_enabled(gradients), Kernels() as kernels:
+            _, blocks = fused(q, k, v, L.alibi_slopes(8), torch.arange(300))
+        flash = [op for op in kernels.seen if "flash_attention" in op]
+        calls = len(blocks) if gradients or L._FLASH_WITH_LSE is None else 2 * len(blocks) - 1
+        assert len(flash) == calls and len(blocks) > 1 and not any("softmax" in op for op in kernels.seen)
