@@ -472,10 +472,20 @@ def probe_on_record(name: str, out_dir: str, settings: dict) -> dict | None:
     return record
 
 
+def fitted(fit: dict) -> bool:
+    """Whether a probe's model reached the bar within its cap (a record of fit_of's)."""
+    return fit["steps_to_fit"] is not None
+
+
+def cpu_per_step(probe: dict) -> float:
+    """A probe's measured CPU seconds per training step, its workers included: what a plan multiplies."""
+    return probe["runtime"]["cpu_s"] / probe["steps_trained"]
+
+
 def probe_cell(fit: dict) -> str:
     """A probe's table cell: '1400' (steps to fit), or '0.63 at 4000' (did not fit: the last check's accuracy)."""
     step, accuracy = fit["last"]
-    return str(fit["steps_to_fit"]) if fit["steps_to_fit"] is not None else f"{accuracy:.2f} at {step}"
+    return str(fit["steps_to_fit"]) if fitted(fit) else f"{accuracy:.2f} at {step}"
 
 
 def probe_cost(data: dict) -> str:
@@ -483,7 +493,7 @@ def probe_cost(data: dict) -> str:
     rt = data["runtime"]
     return (f"`{data['command']}`: {rt['wall_s'] / 60:.1f} min wall, {rt['cpu_s'] / 60:.1f} min CPU, {rt['jobs']} "
             f"job(s) of {rt['threads']} thread(s); {data['models']} models, {data['steps_trained']:,} steps: "
-            f"{1000 * rt['cpu_s'] / data['steps_trained']:.1f} CPU-s per 1000 steps.")
+            f"{1000 * cpu_per_step(data):.1f} CPU-s per 1000 steps.")
 
 
 def probe_table(fits: dict[str, dict[str, dict]], rows: list[str], first: str) -> list[str]:
@@ -491,8 +501,8 @@ def probe_table(fits: dict[str, dict[str, dict]], rows: list[str], first: str) -
     columns = list(fits)
     out = [f"| {first} | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
     out += [f"| {row} | " + " | ".join(probe_cell(fits[c][row]) for c in columns) + " |" for row in rows]
-    fitted = {c: sum(fits[c][row]["steps_to_fit"] is not None for row in rows) for c in columns}
-    return out + ["", "Fitted: " + "; ".join(f"{c} {n} of {len(rows)}" for c, n in fitted.items()) + "."]
+    counts = {c: sum(fitted(fits[c][row]) for row in rows) for c in columns}
+    return out + ["", "Fitted: " + "; ".join(f"{c} {n} of {len(rows)}" for c, n in counts.items()) + "."]
 
 
 def code_digest() -> str:

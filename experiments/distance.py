@@ -25,9 +25,10 @@ import time
 import torch
 
 from eval import command_line, evaluate_table, load_run, plot_curves, results_name, scale_name
-from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, THRESHOLD, UNFIT, all_of, caption, cpu_seconds, decide,
-                                fmt, line_styles, map_jobs, probe, probe_cell, probe_cost, probe_on_record, probe_table,
-                                rerender, runtime, seed_curve, short, spread, train_once, write_results)
+from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, THRESHOLD, UNFIT, all_of, caption, cpu_per_step,
+                                cpu_seconds, decide, fmt, line_styles, map_jobs, probe, probe_cell, probe_cost,
+                                probe_on_record, probe_table, rerender, runtime, seed_curve, short, spread, train_once,
+                                write_results)
 from runs import read_fit
 
 DISTANCE_ENCODINGS = ("nope", "rope", "alibi")
@@ -474,7 +475,7 @@ def full_cost(probe: dict, setup: dict) -> str:
     that a large one's matrices amortise."""
     full = SCALES["full"]
     models = len(list(planned_models(full)))
-    per_step = probe["runtime"]["cpu_s"] / probe["steps_trained"] * step_flops(full) / step_flops(setup)
+    per_step = cpu_per_step(probe) * step_flops(full) / step_flops(setup)
     return (f"`--full` ({models} models at {full['layers']} x {full['width']}, window {full['window']}, up to "
             f"{full['steps']:,} steps each) is a GPU's job: by FLOPs a step there is "
             f"{step_flops(full) / step_flops(setup):,.0f}x one here, about {per_step * full['steps'] / 3600:,.0f} "

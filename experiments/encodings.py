@@ -32,9 +32,9 @@ import lengen
 import tasks
 import train
 from eval import command_line, evaluate, load_run, results_name, scale_name
-from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, THRESHOLD, UNFIT, all_of, beyond, caption, cpu_seconds,
-                                decide, fmt, map_jobs, probe, probe_cost, probe_on_record, probe_table, rerender,
-                                runtime, short, spread, train_once, write_results)
+from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, THRESHOLD, UNFIT, all_of, beyond, caption, cpu_per_step,
+                                cpu_seconds, decide, fitted, fmt, map_jobs, probe, probe_cost, probe_on_record,
+                                probe_table, rerender, runtime, short, spread, train_once, write_results)
 from runs import read_fit
 
 # ---------------------------------------------------------------------------------------------------------
@@ -94,11 +94,10 @@ def planned(setup: dict, probe: dict | None) -> list[tuple[str, str, str]]:
     if probe is None:
         return cells
     fits = probe["fits"]
-    fitted = {(t, label(e, p)) for t, e, p in cells
-              if t not in fits or fits[t][label(e, p)]["steps_to_fit"] is not None}
+    fit = {(t, label(e, p)) for t, e, p in cells if t not in fits or fitted(fits[t][label(e, p)])}
     randomized = [e for e, p in variants(setup) if p == "randomized"]
     used = {(t, row) for triples in comparisons(setup["tasks"], randomized).values() for t, b, w in triples
-            if (t, b) in fitted and (t, w) in fitted for row in (b, w)}
+            if (t, b) in fit and (t, w) in fit for row in (b, w)}
     return [(t, e, p) for t, e, p in cells if (t, label(e, p)) in used]
 
 
@@ -282,7 +281,7 @@ def predicted_cpu_s(probe: dict, cells: list[tuple[str, str]], seeds: int) -> fl
     per seed, at the probe's CPU seconds per step. A seed slower than the probe's, and evaluation, add to it;
     a cell of a task the probe did not measure adds nothing."""
     steps = sum(probe["fits"][t][row]["steps_to_fit"] for t, row in cells if t in probe["fits"])
-    return steps * seeds * probe["runtime"]["cpu_s"] / probe["steps_trained"]
+    return steps * seeds * cpu_per_step(probe)
 
 
 def named(cells: dict[str, list[str]]) -> str:
@@ -299,10 +298,9 @@ def choice(data: dict) -> list[str]:
     probe, setup, full = data["probe"], data["settings"], SCALES["full"]
     fits = probe["fits"]
     left = {t: r for t, r in not_run(data).items() if r}
-    unfit = {t: [row for row in r if fits[t][row]["steps_to_fit"] is None] for t, r in left.items()}
+    unfit = {t: [row for row in r if not fitted(fits[t][row])] for t, r in left.items()}
     unused = {t: [row for row in r if row not in unfit[t]] for t, r in left.items()}
-    cpu_per_step = probe["runtime"]["cpu_s"] / probe["steps_trained"]
-    hours = sum(map(len, unfit.values())) * len(full["seeds"]) * full["cap"] * cpu_per_step / 3600
+    hours = sum(map(len, unfit.values())) * len(full["seeds"]) * full["cap"] * cpu_per_step(probe) / 3600
     ran = [(t, row) for t, by_row in data["accuracy"].items() for row, per_seed in by_row.items() if per_seed]
     predicted = predicted_cpu_s(probe, ran, len(setup["seeds"])) / 60
     every = {**setup, "tasks": list(fits), "seeds": full["seeds"]}  # every task the probe measured, 5 seeds
