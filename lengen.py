@@ -525,9 +525,11 @@ class KerpleLog(PositionalEncoding):
         r1, r2 = (r.clamp(min=self.floor)[:, None, None] for r in (self.r1, self.r2))  # (H, 1, 1)
         return kerple_bias(distances(q_positions, k_positions)[:, None], r1, r2)
 
-    def score_mod(self, positions):
+    def score_mod(self, positions):  # the bias at every distance the ids hold, one table lookup a logit
         r1, r2 = self.r1.clamp(min=self.floor), self.r2.clamp(min=self.floor)
-        return lambda score, b, h, i, j: score + kerple_bias(positions[b, i] - positions[b, j], r1[h], r2[h])
+        top = int(positions.max() - positions.min())
+        per_distance = kerple_bias(torch.arange(top + 1, device=positions.device)[:, None].float(), r1, r2)
+        return lambda score, b, h, i, j: score + per_distance[(positions[b, i] - positions[b, j]).clamp(0, top), h]
 
     @torch.no_grad()
     def after_step(self):
@@ -1019,7 +1021,9 @@ def attention_path(encoding: "PositionalEncoding", length: int, device, grad_ena
     if isinstance(encoding, ALiBi):
         why_not = alibi_unfused(encoding, length, device, positions, dtype)
         if why_not is None:
-            return "fused", "ALiBi's bias as one more head dimension (alibi_attention)"
+            merged = not grad_enabled and torch.device(device).type == "cpu" and _FLASH_WITH_LSE is not None
+            return "fused", ("ALiBi's bias as one more head dimension (alibi_attention); blocks after the first "
+                             + ("merged by log-sum-exp" if merged else "with a float mask's corner"))
         path, why = bias_path(encoding, length, device, grad_enabled, head_dim)
         return path, f"{why_not}; {why}"
     return bias_path(encoding, length, device, grad_enabled, head_dim)
