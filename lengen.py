@@ -283,8 +283,9 @@ class LengthCurriculum:
 #   score_mod(positions)     -> f(score, b, h, i, j) = score + bias of head h, query i, key j, batch row b
 # with positions (B, T), one row per batch row; (T,) or (B, T) elsewhere. Each bias is one function of d = i - j
 # (alibi_bias, t5_bucket, kerple_bias, fire_input), called by bias() on a grid and by score_mod on one logit's 0-d
-# tensors, so the two agree by construction. The GPT computes embed and rotary once per forward for all layers; a
-# bias is built a block of queries at a time (section 5) or in a compiled kernel (section 8), never all T x T at once.
+# tensors (T5's and KERPLE's on a table of the bias by distance, read once a logit), so the two agree by
+# construction. The GPT computes embed and rotary once per forward for all layers; a bias is built a block of
+# queries at a time (section 5) or in a compiled kernel (section 8), never all T x T at once.
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -525,10 +526,10 @@ class KerpleLog(PositionalEncoding):
         r1, r2 = (r.clamp(min=self.floor)[:, None, None] for r in (self.r1, self.r2))  # (H, 1, 1)
         return kerple_bias(distances(q_positions, k_positions)[:, None], r1, r2)
 
-    def score_mod(self, positions):  # the bias at every distance the ids hold, one table lookup a logit
+    def score_mod(self, positions):  # the bias at every distance a row's ids hold, one table lookup a logit
         r1, r2 = self.r1.clamp(min=self.floor), self.r2.clamp(min=self.floor)
-        top = int(positions.max() - positions.min())
-        per_distance = kerple_bias(torch.arange(top + 1, device=positions.device)[:, None].float(), r1, r2)
+        top = int((positions.amax(-1) - positions.amin(-1)).max())  # the widest row's span, not across rows
+        per_distance = kerple_bias(torch.arange(top + 1, device=positions.device)[:, None].to(r2.dtype), r1, r2)
         return lambda score, b, h, i, j: score + per_distance[(positions[b, i] - positions[b, j]).clamp(0, top), h]
 
     @torch.no_grad()
@@ -603,8 +604,8 @@ def make_encoding(config: "GPTConfig") -> PositionalEncoding:
         "nope": lambda: NoPE(), "learned": lambda: LearnedAbsolute(config.max_len, config.dim),
         "sinusoidal": lambda: Sinusoidal(config.dim),
         "rope": lambda: Rotary(head_dim, config.rope_base, config.scaling, config.factor, config.original_len),
-        "xpos": lambda: XPos(head_dim, config.rope_base), "alibi": lambda: ALiBi(config.heads, config.alibi_slope_heads),
-        "t5": lambda: T5Bias(config.heads), "kerple": lambda: KerpleLog(config.heads),
+        "xpos": lambda: XPos(head_dim, config.rope_base), "t5": lambda: T5Bias(config.heads),
+        "alibi": lambda: ALiBi(config.heads, config.alibi_slope_heads), "kerple": lambda: KerpleLog(config.heads),
         # FIRE's threshold L starts at the training length (see FIRE); the paper's code starts it at 512
         "fire": lambda: FIRE(config.heads, threshold=float(config.original_len or 512)),
     }[config.encoding]()
@@ -688,13 +689,20 @@ def alibi_blocks(positions: torch.Tensor, top_slope: float, span: float = ALIBI_
 _FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
+def _merges_by_lse(device, grad_enabled: bool) -> bool:
+    """Whether alibi_attention runs its later blocks as two flash calls merged (_before_and_within): on CPU,
+    where torch has the kernel, and without gradients (autograd does not flow through the log-sum-exp)."""
+    return not grad_enabled and torch.device(device).type == "cpu" and _FLASH_WITH_LSE is not None
+
+
 def _before_and_within(q, k, v, start: int, scale: float) -> torch.Tensor:
-    """A block of queries, from key position `start` on, against keys k: those before the block, all visible,
-    and the block's own, a square causal corner. One flash call each, with no mask, merged by their log-sum-exps
-    l1, l2: softmax over both sets = (e^l1 o1 + e^l2 o2) / (e^l1 + e^l2) = o2 + sigmoid(l1 - l2) (o1 - o2)."""
+    """A block of queries whose first one sits at key index `start`, against keys k[:, :, :start + len(q)]: the
+    keys before the block, all visible, and the block's own, a square causal corner. One flash call each, no
+    mask; each output o is normalised over its own keys, and its log-sum-exp l is that normaliser's log. Merged:
+    softmax over both sets = (e^l1 o1 + e^l2 o2) / (e^l1 + e^l2) = o2 + sigmoid(l1 - l2) (o1 - o2)."""
     o1, l1 = _FLASH_WITH_LSE(q, k[:, :, :start], v[:, :, :start], 0.0, False, scale=scale)
     o2, l2 = _FLASH_WITH_LSE(q, k[:, :, start:], v[:, :, start:], 0.0, True, scale=scale)
-    return o2 + torch.sigmoid(l1 - l2)[..., None] * (o1 - o2)
+    return o2 + torch.sigmoid(l1 - l2).to(o1.dtype)[..., None] * (o1 - o2)
 
 
 def alibi_attention(q, k, v, slopes: torch.Tensor, positions: torch.Tensor, blocks) -> torch.Tensor:
@@ -707,7 +715,7 @@ def alibi_attention(q, k, v, slopes: torch.Tensor, positions: torch.Tensor, bloc
     q = torch.cat((q, q.new_full((B, H, T, 1), math.sqrt(D))), dim=-1)
     v = torch.cat((v, v.new_zeros(B, H, T, 1)), dim=-1)
     keys = None if torch.is_grad_enabled() else torch.cat((k, k.new_empty(B, H, T, 1)), dim=-1)  # see below
-    merge = keys is not None and q.device.type == "cpu" and _FLASH_WITH_LSE is not None
+    merge = _merges_by_lse(q.device, torch.is_grad_enabled())
     positions = positions.reshape(-1, 1, T)  # (B|1, 1, T)
     scale, corner, out = 1 / math.sqrt(D), None, []
     for start, stop in blocks:
@@ -1021,9 +1029,9 @@ def attention_path(encoding: "PositionalEncoding", length: int, device, grad_ena
     if isinstance(encoding, ALiBi):
         why_not = alibi_unfused(encoding, length, device, positions, dtype)
         if why_not is None:
-            merged = not grad_enabled and torch.device(device).type == "cpu" and _FLASH_WITH_LSE is not None
             return "fused", ("ALiBi's bias as one more head dimension (alibi_attention); blocks after the first "
-                             + ("merged by log-sum-exp" if merged else "with a float mask's corner"))
+                             + ("merged by log-sum-exp" if _merges_by_lse(device, grad_enabled)
+                                else "with a float mask's corner"))
         path, why = bias_path(encoding, length, device, grad_enabled, head_dim)
         return path, f"{why_not}; {why}"
     return bias_path(encoding, length, device, grad_enabled, head_dim)
