@@ -15,6 +15,7 @@ Read top to bottom: the settings, training and measuring one curve, the findings
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import platform
@@ -600,13 +601,27 @@ def transfer_section(data: dict) -> list[str]:
     return md + verdict_block(data["verdicts"]["C"])
 
 
+def commands_section(data: dict, threads: int) -> list[str]:
+    """Every model's train.py command line, as run() trained it (model_argv over planned_models): any cell can
+    be retrained from it, or trained again with another --seed."""
+    setup = {k: tuple(tuple(x) if isinstance(x, list) else x for x in v) if isinstance(v, list) else v
+             for k, v in data["settings"].items()}  # JSON's lists back to the tuples planned_models keys on
+    device = m.group(1) if (m := re.search(r"--device (\S+)", data["command"])) else "cpu"
+    args = argparse.Namespace(device=device, threads=threads)
+    commands = ["python train.py " + " ".join(model_argv(setup, data["scale"], args, *key))
+                for key in dict.fromkeys(planned_models(setup))]
+    return ["", f"## Every model's train.py command ({len(commands)})", "",
+            "<details><summary>One line a model, in the order run() trains them; each writes the folder its --out "
+            "names</summary>", "", "```", *commands, "```", "", "</details>"]
+
+
 def markdown(data: dict, jobs: int, threads: int) -> str:
     """results/distance.md: setup and every change from Paper D, then per question the paper's finding, our
-    numbers and the verdict its sub-claims give."""
+    numbers and the verdict its sub-claims give; last, every model's train.py command."""
     md = setup_section(data, jobs, threads) + design_section(data) + verdicts_section(data) + size_section(data)
     md += ordering_section(data, "delay_copy", "A, delay copy") + ordering_section(data, "selective_copy",
                                                                                    "A, selective copy")
-    md += diversity_section(data) + transfer_section(data)
+    md += diversity_section(data) + transfer_section(data) + commands_section(data, threads)
     return "\n".join(md) + "\n"
 
 

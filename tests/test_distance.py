@@ -3,10 +3,12 @@ the numbers it reports are the ones its saved models produce."""
 import dataclasses
 import importlib.util
 import json
+import os
 
 import pytest
 
 import eval as lengen_eval
+import train
 from experiments import common
 from experiments import distance as exp
 
@@ -64,6 +66,17 @@ def test_distance_quick_reports_what_its_models_measure(tmp_path, monkeypatch):
     assert nope_alibi["what"] == "nope - alibi at unseen delays"
     assert nope_alibi["per_unit"] == pytest.approx([n - a for n, a in zip(unseen["nope"], unseen["alibi"])])
     assert f"One family of {sum(len(r['checks']) for r in data['verdicts'].values())} comparison(s)" in md
+    # every model's train.py command is listed, once, and is the command that trained it: the folders its
+    # --out names are the folders trained, and each one's saved settings are what its flags say
+    listed = [line.split()[2:] for line in md.splitlines() if line.startswith("python train.py ")]
+    folders = [argv[argv.index("--out") + 1] for argv in listed]
+    trained = os.listdir(tmp_path / "runs" / "distance" / "quick")
+    assert sorted(folders) == sorted(os.path.join("runs", "distance", "quick", n) for n in trained)
+    for argv in listed:
+        saved = json.loads((tmp_path / argv[argv.index("--out") + 1] / "config.json").read_text())
+        flags = train.build_parser().parse_args(argv)
+        assert (saved["seed"], saved["lr"], saved["steps"], saved["encoding"]) == \
+            (flags.seed, flags.lr, flags.steps, flags.encoding), argv
     if importlib.util.find_spec("matplotlib"):
         assert (out / "distance.png").stat().st_size > 0
 
