@@ -965,9 +965,9 @@ def patch_hf_rope(model: nn.Module, inv_freq: torch.Tensor, attention_scale: flo
 
 
 FLEX_BLOCK = 128  # flex attention's tile: the causal mask skips tiles above the diagonal, needs none below
-# Tokens from which a forward with a bias and no gradients takes flex (docs/speed.md), per class; unlisted: 4096.
-# ALiBi's and KERPLE's biases are cheap to build: blocks stay faster to 8192. One model's own: model.pos.flex_from.
-FLEX_FROM = {ALiBi: 16384, KerpleLog: 16384, T5Bias: 4096, FIRE: 4096}
+# Tokens from which a forward with a bias and no gradients takes flex, per class (unlisted: 4096); one model's
+# own: model.pos.flex_from. Measured by `eval.py --bench` (docs/speed.md): flex is faster for each from 4096.
+FLEX_FROM = {ALiBi: 4096, KerpleLog: 4096, T5Bias: 4096, FIRE: 4096}
 
 
 @functools.lru_cache(maxsize=16)  # every layer of a forward asks for the same one

@@ -8,9 +8,11 @@ First `python -m pytest -m cuda` (tests/test_cuda.py: every part of the CUDA pat
   utilisation against the device's bfloat16 peak, and peak memory;
 - one evaluation forward of that model at 32K, 64K and 128K tokens (YaRN over its 8192-token context): time
   and peak memory;
-- the small GPT's training step (train.py's defaults: 2 layers x 64, batch 32 x 32 tokens): tokens/s;
+- the small GPT's training step, RoPE and ALiBi (through the fused kernel), at the bench's shapes (4 layers x
+  128, batch 12 x 64 tokens, and batch 4 x 256): ms per step and ALiBi's over RoPE's;
 - every encoding's forward at 32K tokens in the bench's model (2 layers x 128, 4 heads; float32), with the
-  attention path it took (a bias: compiled flex attention) and its time over RoPE's.
+  attention path it took (ALiBi: the fused kernel; the other biases: compiled flex attention) and its
+  time over RoPE's.
 Without CUDA it refuses in one line. Until a GPU has run it, results/gpu.md does not exist.
 
 Read top to bottom: the peak and the FLOP count; the measurements; the markdown; run(args).
@@ -147,19 +149,38 @@ def eval_forward(model, lengths) -> list[dict]:
     return rows
 
 
-def small_gpt_speed(steps: int = 100) -> dict:
-    model = lengen.GPT(lengen.GPTConfig(vocab_size=16)).cuda()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randint(16, (32, 32), device="cuda")
+SMALL_GPT_SHAPES = ((12, 64), (4, 256))  # (batch, tokens): the CPU bench's two shapes of its ALiBi rows
 
-    def step():
-        loss = F.cross_entropy(model(x).flatten(0, 1), x.flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
 
-    seconds, _ = timed(step, steps)
-    return {"ms_per_step": 1000 * seconds, "tokens_per_s": x.numel() / seconds}
+def small_gpt_speed(steps: int = 100) -> list[dict]:
+    """A full training step (forward, backward, AdamW) of the bench's small GPT, 4 layers x 128 and 4 heads, for
+    RoPE and for ALiBi (which takes torch's fused kernel: lengen.alibi_attention) at each SMALL_GPT_SHAPES."""
+    rows = []
+    for batch, tokens in SMALL_GPT_SHAPES:
+        for encoding in ("rope", "alibi"):
+            torch.manual_seed(0)
+            model = lengen.GPT(lengen.GPTConfig(vocab_size=64, layers=4, heads=4, dim=128, encoding=encoding,
+                                                max_len=tokens)).cuda()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            x = torch.randint(64, (batch, tokens), device="cuda")
+
+            def step():
+                loss = F.cross_entropy(model(x).flatten(0, 1), x.flatten())
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+
+            seconds, _ = timed(step, steps)
+            rows.append({"encoding": encoding, "batch": batch, "tokens": tokens, "ms_per_step": 1000 * seconds,
+                         "path": model.attention_path(tokens)[0], "tokens_per_s": x.numel() / seconds})
+    return over_rope(rows, "ms_per_step", "tokens")
+
+
+def over_rope(rows: list[dict], seconds: str, shape: str | None = None) -> list[dict]:
+    """Each row with "vs_rope": its time (the key `seconds`) over the RoPE row's of the same `shape` (a key of
+    the rows; None: one shape for all)."""
+    rope = {r.get(shape): r[seconds] for r in rows if r["encoding"] == "rope"}
+    return [{**r, "vs_rope": r[seconds] / rope[r.get(shape)]} for r in rows]
 
 
 @torch.no_grad()
@@ -175,8 +196,7 @@ def encodings_at(length: int) -> list[dict]:
         seconds, memory = timed(lambda: model(idx), 3)
         rows.append({"encoding": encoding, "path": model.attention_path(length)[0], "seconds": seconds,
                      "peak_gib": memory})
-    rope = next(r["seconds"] for r in rows if r["encoding"] == "rope")
-    return [{**r, "vs_rope": r["seconds"] / rope} for r in rows]
+    return over_rope(rows, "seconds")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -199,9 +219,11 @@ def markdown(data: dict) -> str:
             "## One evaluation forward (YaRN over the model's 8192 tokens, bf16, no KV cache kept)", "",
             "| tokens | seconds | peak memory (GiB) |", "|---:|---:|---:|"]
     out += [f"| {r['tokens']} | {r['seconds']:.2f} | {r['peak_gib']:.1f} |" for r in data["eval_forward"]]
-    gpt = data["small_gpt"]
-    out += ["", f"Small GPT (train.py's defaults), a training step of 32 x 32 tokens: {gpt['ms_per_step']:.2f} ms, "
-            f"{gpt['tokens_per_s']:,.0f} tokens/s.", "",
+    out += ["", "## The small GPT's training step (4 layers x 128, 4 heads; float32)", "",
+            "| encoding | batch x tokens | path | ms per step | tokens/s | vs RoPE |", "|---|---|---|---:|---:|---:|"]
+    out += [f"| {r['encoding']} | {r['batch']} x {r['tokens']} | {r['path']} | {r['ms_per_step']:.2f} | "
+            f"{r['tokens_per_s']:,.0f} | {r['vs_rope']:.2f}x |" for r in data["small_gpt"]]
+    out += ["",
             f"## Every encoding, one forward at {data['settings']['encodings_at']} tokens (2 layers x 128, 4 heads, "
             "float32)", "", "| encoding | path | seconds | vs RoPE | peak memory (GiB) |", "|---|---|---:|---:|---:|"]
     out += [f"| {r['encoding']} | {r['path']} | {r['seconds']:.3f} | {r['vs_rope']:.2f}x | {r['peak_gib']:.2f} |"

@@ -89,7 +89,7 @@ def test_attention_path_says_which_path_and_why(monkeypatch):
     monkeypatch.setattr(L, "flex_unavailable", lambda device_type: None)
     kerple, rope = L.KerpleLog(4), L.Rotary(8)
     assert L.attention_path(rope, 10 ** 5, "cpu", grad_enabled=False)[0] == "fused"
-    assert L.FLEX_FROM == {L.ALiBi: 16384, L.KerpleLog: 16384, L.T5Bias: 4096, L.FIRE: 4096}
+    assert L.FLEX_FROM == {L.ALiBi: 4096, L.KerpleLog: 4096, L.T5Bias: 4096, L.FIRE: 4096}
     assert not any(hasattr(cls, "flex_from") for cls in L.ENCODINGS.values())  # the table is the one place
     for encoding in (L.ALiBi(4), L.T5Bias(4), kerple, L.FIRE(4)):  # ALiBi at ids too sparse for its fused path
         threshold = L.FLEX_FROM[type(encoding)]

@@ -42,3 +42,13 @@ def test_model_flops_per_token_follow_palm():
     (two thirds of the total for a 135M model of 30 layers x 576 at 8192 tokens)."""
     assert gpu.train_flops_per_token(135_000_000, 30, 576, 8192) == 6 * 135_000_000 + 12 * 30 * 576 * 8192
     assert gpu.train_flops_per_token(10, 1, 1, 0) == 60
+
+
+def test_each_time_is_over_ropes_at_the_same_shape():
+    """The small GPT's rows hold two shapes: ALiBi at 256 tokens over RoPE at 256, not at 64. Bugs caught: one
+    RoPE time for every shape (the last or the first), the ratio upside down."""
+    rows = [{"encoding": "rope", "tokens": 64, "ms": 2.0}, {"encoding": "alibi", "tokens": 64, "ms": 2.2},
+            {"encoding": "rope", "tokens": 256, "ms": 8.0}, {"encoding": "alibi", "tokens": 256, "ms": 6.0}]
+    assert [r["vs_rope"] for r in gpu.over_rope(rows, "ms", "tokens")] == pytest.approx([1.0, 1.1, 1.0, 0.75])
+    one_shape = [{"encoding": "nope", "s": 3.0}, {"encoding": "rope", "s": 2.0}]
+    assert [r["vs_rope"] for r in gpu.over_rope(one_shape, "s")] == pytest.approx([1.5, 1.0])
