@@ -466,7 +466,7 @@ def design_section(data: dict) -> list[str]:
             f"(A)'s models at every size, trained until it fits its band or {probe['settings']['steps']} steps; "
             "nothing outside the band measured. " + probe_cost(probe) + "\n",
             *probe_table(probe["fits"], rows, "model"),
-            "", plan(probe["fits"], setup) + " " + full_cost(probe, setup)]
+            "", plan(probe, setup) + " " + full_cost(probe, setup)]
 
 
 def step_flops(setup: dict) -> int:
@@ -490,10 +490,10 @@ def full_cost(probe: dict, setup: dict) -> str:
             "overheads a large one amortises).")
 
 
-def plan(fits: dict, setup: dict) -> str:
-    """What the default took from its probe: one cap for every model, and which encodings (B) and (C) leave out,
-    and why (the probe's numbers at (A)'s size)."""
-    main, cap = size_name((setup["layers"], setup["width"])), setup["steps"]
+def plan(probe: dict, setup: dict) -> str:
+    """What the default took from its probe: one cap for every model, which of the probe's sizes the size sweep
+    leaves out, and which encodings (B) and (C) leave out, and why (the probe's numbers at (A)'s size)."""
+    fits, main, cap = probe["fits"], size_name((setup["layers"], setup["width"])), setup["steps"]
     cell = {t: {e: fits[t][probe_row(e, (setup["layers"], setup["width"]))] for e in DISTANCE_ENCODINGS}
             for t in fits}
     why = "; ".join(f"{t}: " + ", ".join(f"{e} {probe_cell(c)}" for e, c in by.items()) for t, by in cell.items())
@@ -515,8 +515,7 @@ def plan(fits: dict, setup: dict) -> str:
         return f"{e} needed {steps} of {cap} steps to fit selective copy alone, and " + \
             (NOPE_MIXED_UNFIT if e == "nope" else "(C)'s mixed model learns it beside delay copy (cut for time)")
 
-    probed = dict.fromkeys(row.split(", ")[1] for row in fits["delay_copy"])
-    left_out = [size for size in probed if size not in map(size_name, setup["sizes"])]
+    left_out = [size_name(s) for s in probe["settings"]["sizes"] if tuple(s) not in map(tuple, setup["sizes"])]
     if left_out:
         text += (f" The size sweep leaves out {', '.join(left_out)} of the probe's sizes (cut for time; the width "
                  "ladder stays, as in `--full`).")
@@ -616,13 +615,17 @@ def transfer_section(data: dict) -> list[str]:
     return md + verdict_block(data["verdicts"]["C"])
 
 
+def recorded_flag(command: str, flag: str) -> str | None:
+    """The value the recorded command line gave --FLAG (None: not given)."""
+    return m.group(1) if (m := re.search(rf"--{flag} (\S+)", command)) else None
+
+
 def commands_section(data: dict, threads: int) -> list[str]:
     """Every model's train.py command line, as run() trained it (model_argv over planned_models): any cell can
     be retrained from it, or trained again with another --seed."""
     setup = {k: tuple(tuple(x) if isinstance(x, list) else x for x in v) if isinstance(v, list) else v
              for k, v in data["settings"].items()}  # JSON's lists back to the tuples planned_models keys on
-    device = m.group(1) if (m := re.search(r"--device (\S+)", data["command"])) else "cpu"
-    args = argparse.Namespace(device=device, threads=threads)
+    args = argparse.Namespace(device=recorded_flag(data["command"], "device") or "cpu", threads=threads)
     commands = ["python train.py " + " ".join(model_argv(setup, data["scale"], args, *key))
                 for key in dict.fromkeys(planned_models(setup))]
     return ["", f"## Every model's train.py command ({len(commands)})", "",
@@ -728,8 +731,7 @@ def render(data: dict):
     measured = {part: data[part] for part in ("size", "A", "B", "C")}
     data = dict(data)
     data["verdicts"], data["caption"] = claims(data["settings"], measured)
-    jobs, threads = (int(m.group(1)) if (m := re.search(rf"--{flag} (\d+)", data["command"])) else 1
-                     for flag in ("jobs", "threads"))
+    jobs, threads = (int(recorded_flag(data["command"], flag) or 1) for flag in ("jobs", "threads"))
     return data, markdown(data, jobs, threads), figure(data)
 
 
