@@ -25,17 +25,12 @@ import os
 import torch
 import torch.distributed as dist
 
-from runs import UsageError
+from runs import UsageError, launch_rank  # noqa: F401  (dist.launch_rank: the rank before start)
 
 
 def launched() -> bool:
     """Started by a launcher with more than one process."""
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
-
-
-def launch_rank() -> int:
-    """This process's rank as the launcher set it (0 without one), known before the process group starts."""
-    return int(os.environ.get("RANK", "0"))
 
 
 def start(device: str) -> str:

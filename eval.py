@@ -12,10 +12,10 @@ named experiment.
 
 In reading order: loading a run; measuring it (evaluate: accuracy on fresh sequences at one length, with its
 interval; evaluate_table: a row per length or delay; final_table: what train.py prints at the end; evaluate_llm:
-exact match and answer log-probability for an LLM); drawing it; the command line. train.py measures its
-runs with these same functions. An experiment (experiments/NAME.py, with the framework they share in
-experiments/common.py) is found by its name and imported only when asked for: nothing here imports it, and it
-imports this file for its measurements.
+exact match and answer log-probability for an LLM, with Student's t intervals over prompts); drawing it; the
+command line. train.py measures its runs with these same functions, and so do the experiments. An experiment
+(experiments/NAME.py and NAME_report.py, run by experiments/common.py) is imported only when asked for, by one
+late import in command(): nothing else here imports the experiments; they import this file.
 """
 from __future__ import annotations
 
@@ -27,9 +27,7 @@ import io
 import json
 import math
 import os
-import signal
 import sys
-import tempfile
 import time
 
 import torch
@@ -40,9 +38,8 @@ import hf
 import lengen
 import tasks
 import text_tasks
-from runs import (MAX_SAMPLES, RUN_FILES, Interrupted, Parser, RunConfig, UsageError, check_machine, check_memory,
-                  closed_stdout, finite, hold, int_set, load_checkpoint, out_of_memory, printable_output, read_config,
-                  read_fit, save_atomic)
+from runs import (MAX_SAMPLES, RUN_FILES, Parser, RunConfig, UsageError, check_machine, check_memory, cli_main, finite,
+                  int_set, load_checkpoint, read_config, read_fit, save_atomic)
 
 # ---------------------------------------------------------------------------------------------------------
 # Loading a run
@@ -417,100 +414,11 @@ def llm_eval_command(args) -> None:
 
 
 def experiment_names() -> list[str]:
-    """The experiments: one file each in experiments/ (bench.py is reached through --bench; common.py is what
-    they share)."""
+    """The experiments, by the files in experiments/: NAME.py, its study, with NAME_report.py beside it (bench is
+    reached through --bench). Read from the folder, so that nothing here imports an experiment."""
     folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "experiments")
-    return sorted(f[:-3] for f in os.listdir(folder)
-                  if f.endswith(".py") and f not in ("__init__.py", "bench.py", "common.py"))
-
-
-SCALES = ("quick", "default", "full")  # every experiment's SCALES dict has these keys, and "probe" where it has one
-
-
-def scale_name(args) -> str:
-    """--quick (for the tests), --full (paper scale, a GPU helps), --probe (the short run that chose the default's
-    design, where an experiment has one) or the default (minutes on a laptop CPU)."""
-    given = [flag for flag in ("quick", "probe", "full") if getattr(args, flag)]
-    if len(given) > 1:
-        raise UsageError(f"choose one of --{' and --'.join(given)}")
-    return given[0] if given else "default"
-
-
-def results_name(name: str, args) -> str:
-    """NAME, or NAME-probe for --probe: a probe never replaces the results it was run to plan."""
-    return f"{name}-probe" if args.probe else name
-
-
-def command_line(args, *extra: str) -> str:
-    """The command that reproduces an experiment's results, as the user would type it: every option that
-    differs from its default, so that the results file states exactly what was run."""
-    words = ["python eval.py", "--bench" if args.bench else f"--experiment {args.experiment}"]
-    words += [f"--{scale_name(args)}"] if scale_name(args) != "default" else []
-    words += [f"--threads {args.threads}"] if args.threads else []
-    words += [f"--device {args.device}"] if args.device != "cpu" else []
-    words += [f"--out-dir {args.out_dir}"] if args.out_dir != default_out_dir(args) else []
-    words += [f"--jobs {args.jobs}"] if args.jobs != 1 else []
-    return " ".join(words + list(extra))
-
-
-def default_out_dir(args) -> str:
-    """results/, or results/quick/ (not committed) for --quick, which must never replace the real results."""
-    return os.path.join("results", "quick") if args.quick else "results"
-
-
-def check_out_dir(name: str, args) -> None:
-    """Before anything is computed: the results can be written to --out-dir, and they would not replace results
-    that another command wrote there (another scale, other options) unless --force."""
-    folder, path = args.out_dir, os.path.join(args.out_dir, f"{name}.json")
-    try:
-        os.makedirs(folder, exist_ok=True)
-        tempfile.TemporaryFile(dir=folder).close()  # what writing there will take
-    except OSError as e:  # a file, a read-only folder or mount, no permission
-        raise UsageError(f"--out-dir {folder}: {e.strerror}") from None
-    if args.render:  # the same command's results, decided again: they must be there, and readable
-        try:
-            with open(path, encoding="utf-8") as f:
-                json.load(f)["command"]
-        except (OSError, ValueError, KeyError, TypeError):
-            raise UsageError(f"--render decides again from {path}, which is missing or not an experiment's "
-                             "results: run the experiment first") from None
-    elif os.path.isfile(path) and not args.force:
-        try:
-            with open(path, encoding="utf-8") as f:
-                previous = json.load(f).get("command")
-        except (ValueError, AttributeError):  # not JSON (cut short?), or not an experiment's
-            raise UsageError(f"{path} is not an experiment's results (not readable JSON, or cut short): give "
-                             "--force to replace it") from None
-        if previous != command_line(args):
-            raise UsageError(f"{path} holds the results of `{previous}`, not of this command: give another "
-                             "--out-dir, or --force to replace them")
-
-
-def run_experiment(name: str, args) -> None:
-    """Check the command, import experiments/NAME.py, let it refuse what it cannot run here (its refuse(args),
-    if it has one), hold its run folders and run it. The experiment is imported by its name, only now: it
-    imports this file (for its measurements and the two functions above), and nothing here imports an
-    experiment or experiments/common.py."""
-    if name not in experiment_names() + ["bench"]:
-        raise UsageError(f"unknown experiment '{name}'; choose from {', '.join(experiment_names())}")
-    if args.jobs < 1:
-        raise UsageError(f"--jobs {args.jobs}: give N >= 1 (how many runs train at once)")
-    if args.bench and args.jobs != 1:
-        raise UsageError("--bench measures what --jobs does itself: leave --jobs out")
-    scale = scale_name(args)  # --quick with --full is refused before anything is written
-    experiment = importlib.import_module(f"experiments.{name}")
-    if scale == "probe" and "probe" not in getattr(experiment, "SCALES", {}):
-        raise UsageError(f"--probe: {name} has no probe (its design is given in its results file)")
-    if args.render and scale == "probe":
-        raise UsageError("--render decides claims again; a probe has none: run --probe itself")
-    if hasattr(experiment, "refuse"):  # what this machine cannot run, said before any folder is made
-        experiment.refuse(args)
-    args.out_dir = args.out_dir or default_out_dir(args)
-    check_out_dir(results_name(name, args), args)
-    # A second command on the same experiment and scale would race this one for its run folders: it is
-    # turned away in one line, and this one goes on.
-    with hold(os.path.join("runs", name, scale), holder=f"eval.py --experiment {name}"):
-        experiment.run(args)
+    return sorted(f[:-len("_report.py")] for f in os.listdir(folder)
+                  if f.endswith("_report.py") and f != "bench_report.py")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -601,45 +509,25 @@ def check_command(args) -> bool:
     return llm
 
 
+def command(argv: list[str] | None) -> None:
+    args = build_parser().parse_args(argv)
+    llm = check_command(args)
+    if args.bench or args.experiment:  # the one import of the experiments, and only when asked for
+        importlib.import_module("experiments.common").run_experiment(args.experiment or "bench", args)
+    elif args.samples is not None and not 1 <= args.samples <= MAX_SAMPLES:
+        raise UsageError(f"--samples must be >= 1 and at most {MAX_SAMPLES:,}")
+    elif llm:
+        llm_eval_command(args)
+    elif args.run:
+        args.samples = args.samples or 256
+        eval_command(args)
+    else:
+        raise UsageError("give a run directory, --experiment NAME or --bench")
+
+
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's SIGTERM is a Ctrl-C
-    printable_output()
-    try:
-        args = build_parser().parse_args(argv)
-        llm = check_command(args)
-        if args.bench:
-            run_experiment("bench", args)
-        elif args.experiment:
-            run_experiment(args.experiment, args)
-        elif args.samples is not None and not 1 <= args.samples <= MAX_SAMPLES:
-            raise UsageError(f"--samples must be >= 1 and at most {MAX_SAMPLES:,}")
-        elif llm:
-            llm_eval_command(args)
-        elif args.run:
-            args.samples = args.samples or 256
-            eval_command(args)
-        else:
-            raise UsageError("give a run directory, --experiment NAME or --bench")
-        sys.stdout.flush()  # a closed pipe (| head) shows here, inside the try, rather than at exit
-    except UsageError as e:
-        if dist.launch_rank() == 0:  # under torchrun every process checks the same command line: said once
-            print(f"eval.py: error: {e}", file=sys.stderr)
-        return 2
-    except Interrupted as e:  # Ctrl-C inside a training run: its checkpoint is saved
-        print(f"eval.py: {e}", file=sys.stderr)
-        return 130
-    except KeyboardInterrupt:
-        print("eval.py: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        closed_stdout("eval.py")
-        return 2
-    except (RuntimeError, MemoryError) as e:  # an allocation that failed is one line; any other error is a bug
-        if (line := out_of_memory(e)) is None:
-            raise
-        print(f"eval.py: error: {line}", file=sys.stderr)
-        return 2
-    return 0
+    # Every process of a torchrun launch checks the same command line and model: an error is said once.
+    return cli_main("eval.py", command, argv, alike=True)
 
 
 if __name__ == "__main__":

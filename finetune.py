@@ -1,19 +1,22 @@
 """Fine-tune a Hugging Face causal LM on short text-task samples with one of Paper R's methods, then hand the
-model to eval.py for long prompts. This is what `python train.py --llm ...` runs: train.py parses the command
-line (the same flags for both kinds of run) and hands over here; hf.py loads the model and puts the rotary
-scaling into it; dist.py spreads the work under torchrun; runs.py keeps the run folder safe.
+model to eval.py for long prompts. This is what `python train.py --llm ...` runs: train.py parses one command
+line for both kinds of run (add_arguments adds the flags only an LLM run reads; each kind refuses the other's) and
+hands over here (run); hf.py loads the model and puts the rotary scaling into it; dist.py spreads the work under
+torchrun; runs.py keeps the run folder safe.
 
     python train.py --llm smollm2 --method ryarn --train-len 512 --steps 100
     torchrun --nproc_per_node 4 train.py --llm DIR --method ryarn --fsdp        # DDP, or FSDP2 with --fsdp
 
 Paper R's four methods are two switches, YaRN's scaling and randomized positions (METHODS). A run writes
-config.json, log.jsonl and model/ (save_pretrained, with its rope settings, so that Hugging Face itself reloads
-it as YaRN). Importing this file never imports transformers: hf.load_llm does, when a model is loaded.
+config.json (LLMConfig.saved), log.jsonl, fit.json under --fit-bar, and model/ (save_pretrained, with its rope
+settings, so that Hugging Face itself reloads it as YaRN). Importing this file never imports transformers:
+hf.load_llm does, when a model is loaded.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -30,9 +33,10 @@ import dist
 import hf
 import lengen
 import text_tasks
-from runs import (UsageError, build_folder, check_fit_flags, check_out, check_runtime, fit_due, fit_record, hold,
-                  learning_rate, open_log, physical_memory, prepare_run_dir, record_fit, refuse_unused, save_atomic,
-                  set_learning_rate, swap_in, write_config)
+from hf import YARN_FACTOR  # YaRN's s where yarn or ryarn is not given --factor
+from runs import (RUNTIME_KEYS, UsageError, build_folder, check_fit_flags, check_out, check_runtime, fit_due,
+                  fit_record, hold, open_log, physical_memory, prepare_run_dir, record_fit,
+                  refuse_unused, save_atomic, swap_in, write_config)
 
 
 # Paper R's methods: (YaRN scaling, randomized positions). Evaluation always uses contiguous positions.
@@ -40,9 +44,6 @@ METHODS = {"ft": (False, False), "yarn": (True, False), "rpe": (False, True), "r
 
 # Defaults of an LLM fine-tune where they differ from a small GPT's (train.DEFAULTS).
 DEFAULTS = {"train_len": (512, 512), "steps": 100, "lr": 2e-5, "warmup": 10, "batch": 1}
-# YaRN's factor s when an LLM run uses YaRN (yarn, ryarn) and --factor is not given: 4, Qwen2.5's usual
-# long-context setting (Paper R does not report its s). s = 1 would be YaRN doing nothing, so it is refused.
-YARN_FACTOR = 4.0
 # Randomized positions: the range tops out at this multiple of the training sample length, and widens in
 # Paper R's stages (its one reported schedule, 8K -> 10K -> 12K -> 16K -> 16K for data under 8K).
 RANGE, RANGE_SHAPE = 2.0, "paper-r"
@@ -80,44 +81,100 @@ LLM_FLAGS = LLM_ONLY | {"llm", "task", "train_len", "steps", "batch", "lr", "wd"
                         "force", "resume", "device", "threads", "quiet", "fit_bar", "fit_every"}
 
 
-def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
+@dataclasses.dataclass
+class LLMConfig:
+    """An LLM fine-tune's settings: train.py --llm's command line, checked, with every default resolved (resolve),
+    saved as the run's config.json (saved). One name each: the field, the flag (--range-shape) and the key."""
+    # the model and its rotary scaling
+    llm: str                            # smollm2, a model directory, a .gguf file or a hub id (hf.load_llm)
+    method: str                         # a name in METHODS: YaRN's scaling, randomized positions, both or neither
+    scaling: str                        # "yarn" or "none", as the method says (hf.apply_llm_rope)
+    factor: float                       # YaRN's s (1: none)
+    # randomized positions (rpe, ryarn): ids drawn from [0, the range's end), widened by a curriculum
+    range: float                        # the range's end once widest, as a multiple of the sample length
+    range_shape: str                    # how the curriculum widens it, a name in lengen.LengthCurriculum.SHAPES
+    no_curriculum: bool                 # the ablation: the whole range from the first step
+    # the task (text_tasks.py)
+    task: str                           # a name in text_tasks.TEXT_TASKS
+    task_options: dict                  # its own settings (--facts)
+    facts: int | None                   # babilong's supporting facts, as given (task_options holds it)
+    train_len: tuple[int, int]          # (n, n): n tokens per training sample
+    # optimisation
+    steps: int
+    batch: int                          # samples per process and backward, each its own forward
+    grad_accum: int                     # backwards per optimizer step
+    lr: float                           # peak: linear warm-up, cosine decay to a tenth (train.learning_rate)
+    wd: float                           # AdamW weight decay
+    warmup: int
+    seed: int                           # samples from seed * 1,000,003 + i; LoRA's init; seed + 2 the position ids
+    lora: int | None                    # LoRA rank (peft); None: a full fine-tune
+    bf16: bool                          # bfloat16 autocast on the CPU too (always on CUDA)
+    fsdp: bool                          # under torchrun: FSDP2's shards instead of DDP
+    # the run
+    out: str                            # its folder
+    device: str
+    threads: int | None                 # torch CPU threads
+    fit_bar: float | None               # stop once held-out exact match at n reaches it (fit.json)
+    fit_every: int                      # steps between fit checks
+    # train.py's whole command line as parsed, the small-GPT flags at their defaults (--llm refuses them):
+    # config.json holds every flag, in the command line's order, as it always has (saved)
+    command: dict = dataclasses.field(repr=False)
+    # set by train, once the model is loaded and the processes have started
+    original_len: int | None = None     # the model's own context L (hf.rope_geometry)
+    processes: int | None = None        # how many train together (torchrun's world size; 1 without it)
+    global_batch: int | None = None     # samples per optimizer step: batch x grad_accum x processes
+    # how this command runs it, never saved
+    quiet: bool = False
+    force: bool = False
+
+    def saved(self) -> dict:
+        """What config.json holds: train.py's flags in their order, this run's value for each the run has, then
+        what only the run knows (task_options, processes, global_batch)."""
+        mine = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "command"}
+        flags = {k: mine.pop(k, v) for k, v in self.command.items()}
+        return {k: v for k, v in {**flags, **mine}.items() if k not in RUNTIME_KEYS}
+
+
+def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LLMConfig:
     """The parsed command line of `train.py --llm`, checked, with every default resolved: the run's config."""
     check_runtime(args)
     refuse_unused(args, parser, set(vars(args)) - LLM_FLAGS, lambda flag: "is for small-GPT runs, not --llm" + (
         ", --method chooses the scaling and positions" if flag in ("positions", "curriculum", "scaling", "encoding",
                                                                     "max_position") else ""))
-    cfg = dict(vars(args))
-    cfg["method"] = args.method or "ryarn"
-    yarn, randomized = METHODS[cfg["method"]]
+    method = args.method or "ryarn"
+    yarn, randomized = METHODS[method]
     if not yarn and args.factor is not None:
-        raise UsageError(f"--factor is YaRN's: --method {cfg['method']} uses none (yarn and ryarn do)")
+        raise UsageError(f"--factor is YaRN's: --method {method} uses none (yarn and ryarn do)")
     if not randomized:
         refuse_unused(args, parser, ("range", "range_shape", "no_curriculum"),
-                      lambda flag: f"is for randomized positions: --method {cfg['method']} uses contiguous ones")
+                      lambda flag: f"is for randomized positions: --method {method} uses contiguous ones")
     if yarn and args.factor is not None and args.factor <= 1:
         raise UsageError(f"--factor {args.factor:g}: YaRN with s <= 1 is plain RoPE; give s > 1 "
                          f"(default {YARN_FACTOR:g})")
-    cfg["factor"] = (args.factor or YARN_FACTOR) if yarn else 1.0
-    cfg["range"] = args.range if args.range is not None else RANGE
-    cfg["range_shape"] = args.range_shape or RANGE_SHAPE
-    if not cfg["range"] >= 1:
-        raise UsageError(f"--range {cfg['range']:g}: the range must hold the sample (>= 1 x its length)")
-    if not cfg["range"] * args.train_len[1] < 2 ** 53:  # inf and nan too; positions are exact integers below that
-        raise UsageError(f"--range {cfg['range']:g}: positions up to {cfg['range']:g} x {args.train_len[1]} tokens "
+    cfg = LLMConfig(
+        llm=args.llm, method=method, scaling="yarn" if yarn else "none",
+        factor=(args.factor or YARN_FACTOR) if yarn else 1.0, range=args.range if args.range is not None else RANGE,
+        range_shape=args.range_shape or RANGE_SHAPE, no_curriculum=args.no_curriculum, task=args.task or "babilong",
+        task_options={"facts": args.facts} if args.facts is not None else {}, facts=args.facts,
+        train_len=args.train_len, steps=args.steps, batch=args.batch, grad_accum=args.grad_accum, lr=args.lr,
+        wd=args.wd, warmup=args.warmup, seed=args.seed, lora=args.lora, bf16=args.bf16, fsdp=args.fsdp,
+        out=args.out or os.path.join("runs", f"llm-{method}-s{args.seed}"), device=args.device,
+        threads=args.threads, fit_bar=args.fit_bar, fit_every=args.fit_every, command=dict(vars(args)),
+        quiet=args.quiet, force=args.force)
+    if not cfg.range >= 1:
+        raise UsageError(f"--range {cfg.range:g}: the range must hold the sample (>= 1 x its length)")
+    if not cfg.range * cfg.train_len[1] < 2 ** 53:  # inf and nan too; positions are exact integers below that
+        raise UsageError(f"--range {cfg.range:g}: positions up to {cfg.range:g} x {cfg.train_len[1]} tokens "
                          "cannot be drawn (keep the range below 2^53 positions)")
     if args.no_curriculum and args.range_shape is not None:
         raise UsageError("--range-shape is how the curriculum widens the range; --no-curriculum has none")
-    cfg["task"] = args.task or "babilong"
-    if cfg["task"] not in text_tasks.TEXT_TASKS:
-        raise UsageError(f"--llm trains on a text task ({', '.join(text_tasks.TEXT_TASKS)}), not '{cfg['task']}'")
-    options = {"facts": args.facts} if args.facts is not None else {}
-    text_tasks.make_text_sample(cfg["task"], 10 ** 6, 0, len, **options)  # unknown options fail here
-    cfg["task_options"] = options
+    if cfg.task not in text_tasks.TEXT_TASKS:
+        raise UsageError(f"--llm trains on a text task ({', '.join(text_tasks.TEXT_TASKS)}), not '{cfg.task}'")
+    text_tasks.make_text_sample(cfg.task, 10 ** 6, 0, len, **cfg.task_options)  # unknown options fail here
     if args.train_len[0] != args.train_len[1]:
         raise UsageError("--llm takes one --train-len N (tokens per training sample)")
     check_step_size(args)
     check_fit_flags(args, parser)
-    cfg["out"] = args.out or os.path.join("runs", f"llm-{cfg['method']}-s{args.seed}")
     return cfg
 
 
@@ -148,62 +205,62 @@ def check_step_size(args: argparse.Namespace) -> None:
                          "leave --fsdp out (DDP)")
 
 
-def load_checked(cfg: dict, device: str):
+def load_checked(cfg: LLMConfig, device: str):
     """The model and tokenizer, once they are known to suit the run: a rotary model whose context holds the
     training samples, and samples that hold the task (its question and facts) at --train-len."""
-    model, tokenizer = hf.load_llm(cfg["llm"], device)
+    model, tokenizer = hf.load_llm(cfg.llm, device)
     if not hf.rotary_modules(model):
         raise UsageError(f"{type(model).__name__} has no rotary embedding with inv_freq: lengen cannot patch it")
-    original, n = hf.rope_geometry(model)[2], cfg["train_len"][1]
+    original, n = hf.rope_geometry(model)[2], cfg.train_len[1]
     width = getattr(model.config, "hidden_size", None)
-    if cfg["lora"] and width and cfg["lora"] > width:  # before peft allocates adapters of that rank
-        raise UsageError(f"--lora {cfg['lora']}: a rank above the model's width ({width}) adds nothing that a "
+    if cfg.lora and width and cfg.lora > width:  # before peft allocates adapters of that rank
+        raise UsageError(f"--lora {cfg.lora}: a rank above the model's width ({width}) adds nothing that a "
                          f"full fine-tune does not; give R <= {width}, or leave --lora out")
     if n > original:
         raise UsageError(f"--train-len {n} is beyond the model's context of {original} tokens")
     try:  # every sample of the first step, in every process (one sample's facts may take more tokens than another's)
-        hf.step_samples(tokenizer, cfg, 0, [True] * (cfg["batch"] * cfg["grad_accum"] * dist.world()), True)
+        hf.step_samples(tokenizer, cfg, 0, [True] * (cfg.batch * cfg.grad_accum * dist.world()), True)
     except ValueError as e:
         raise UsageError(f"--train-len {n}: {e}") from None
     return model, tokenizer, original
 
 
-def trainable(model, cfg: dict, device: str):
+def trainable(model, cfg: LLMConfig, device: str):
     """The model as it trains: activations recomputed on CUDA, LoRA adapters with --lora, wrapped in DDP or
     FSDP2 under a launcher; and the parameters the optimizer updates (under FSDP2, this process's shards)."""
     if torch.device(device).type == "cuda":
         hf.checkpoint_activations(model)
-    torch.manual_seed(cfg["seed"])  # LoRA's initial weights, dropout
-    if cfg["lora"]:
+    torch.manual_seed(cfg.seed)  # LoRA's initial weights, dropout
+    if cfg.lora:
         import peft
         with warnings.catch_warnings():  # peft reads transformers 5's deprecated is_gradient_checkpointing: not ours
             warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
-            model = peft.get_peft_model(model, peft.LoraConfig(r=cfg["lora"], lora_alpha=2 * cfg["lora"],
+            model = peft.get_peft_model(model, peft.LoraConfig(r=cfg.lora, lora_alpha=2 * cfg.lora,
                                                                target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
-    model = dist.wrap(model, cfg["fsdp"], device)
+    model = dist.wrap(model, cfg.fsdp, device)
     return model, [p for p in model.parameters() if p.requires_grad]
 
 
-def step_batch(tokenizer, cfg: dict, step: int, max_position: int, position_rng: torch.Generator,
+def step_batch(tokenizer, cfg: LLMConfig, step: int, range_end: int, position_rng: torch.Generator,
                rank: int | None = None, world: int | None = None) -> list:
     """Process `rank`'s share of step `step`'s global batch (default: this process's, under a launcher or not):
     (ids (1, T), prompt tokens, positions (1, T)) each; a function of its arguments and position_rng's state alone.
 
     The global batch is B x K x W samples, each its own forward (samples differ in length; nothing is padded).
     Process r's k-th backward takes samples j = (k W + r) B .. + B - 1. Randomized positions (n sorted distinct
-    ids from [0, max_position)) are drawn from one stream in the order of j, whoever trains the sample, so that samples
-    and positions do not depend on how the batch is split (hf.step_samples says what that costs)."""
-    B, randomized = cfg["batch"], METHODS[cfg["method"]][1]
+    ids from [0, range_end)) are drawn from one stream in the order of j, whoever trains the sample, so that
+    samples and positions do not depend on how the batch is split (hf.step_samples says what that costs)."""
+    B, randomized = cfg.batch, METHODS[cfg.method][1]
     W, rank = dist.world() if world is None else world, dist.rank() if rank is None else rank
-    ours = [(j // B) % W == rank for j in range(cfg["global_batch"])]
+    ours = [(j // B) % W == rank for j in range(cfg.global_batch)]
     try:
         samples = hf.step_samples(tokenizer, cfg, step, ours, randomized)
     except ValueError as e:  # sample 0 was checked, but a later sample's facts may take more tokens
-        raise UsageError(f"--train-len {cfg['train_len'][1]}: step {step}: {e}") from None
+        raise UsageError(f"--train-len {cfg.train_len[1]}: step {step}: {e}") from None
     for j, sample in enumerate(samples):
         if sample is not None:
             T = sample[0].shape[1]
-            positions = (lengen.randomized_positions(1, T, max(T, max_position), position_rng) if randomized
+            positions = (lengen.randomized_positions(1, T, max(T, range_end), position_rng) if randomized
                          else torch.arange(T)[None])
             samples[j] = (*sample, positions)
     return [sample for sample, our in zip(samples, ours) if our]
@@ -216,7 +273,7 @@ def step_batch(tokenizer, cfg: dict, step: int, max_position: int, position_rng:
 FIT_SEED, FIT_PROMPTS = 2 * 10 ** 9, 32
 
 
-def fit_accuracy(model, tokenizer, cfg: dict, device) -> float:
+def fit_accuracy(model, tokenizer, cfg: LLMConfig, device) -> float:
     """Exact match on the FIT_PROMPTS prompts, contiguous positions, the model in eval mode for the while, with
     the numerics it trains with (bfloat16 autocast on CUDA and with --bf16). Every process scores every prompt
     (under FSDP2 their forwards gather the shards together)."""
@@ -224,31 +281,31 @@ def fit_accuracy(model, tokenizer, cfg: dict, device) -> float:
     right = 0
     with torch.no_grad():
         for i in range(FIT_PROMPTS):
-            prompt, answer = hf.text_sample(tokenizer, cfg["task"], cfg["train_len"][1], FIT_SEED + i,
-                                            cfg["task_options"])
+            prompt, answer = hf.text_sample(tokenizer, cfg.task, cfg.train_len[1], FIT_SEED + i, cfg.task_options)
             right += hf.score_prompt(model, tokenizer, prompt, answer, (), device,
-                                     bf16=cfg["bf16"] or torch.device(device).type == "cuda")["right"]
+                                     bf16=cfg.bf16 or torch.device(device).type == "cuda")["right"]
     model.train()
     return right / FIT_PROMPTS
 
 
-def check_fit(model, tokenizer, cfg: dict, fit: dict, step: int, device, log) -> None:
+def check_fit(model, tokenizer, cfg: LLMConfig, fit: dict, step: int, device, log) -> None:
     """With --fit-bar, every --fit-every steps and at the last: the fit check, recorded in fit and (rank 0, the
     one with a log) in log.jsonl; fit["steps_to_fit"] is the step once the bar is reached."""
-    if fit_due(fit, step, cfg["steps"]):
+    if fit_due(fit, step, cfg.steps):
         row = record_fit(fit, step, fit_accuracy(dist.unwrap(model), tokenizer, cfg, device))
         if log is not None:
             log.write(json.dumps(row) + "\n")
 
 
-def train(cfg: dict, on_step=None):
+def train(cfg: LLMConfig, learning_rate, on_step=None):
     """Fine-tune a Hugging Face causal LM on short text-task samples with one of Paper R's methods; the loss
-    is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in cfg['out'].
+    is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in cfg.out.
     Under a launcher (torchrun) every process runs this; rank 0 alone writes (dist.py says how it spreads).
+    learning_rate(step, lr, warmup, steps): the schedule (train.py's, which the small GPT follows too);
     on_step(step, ids, positions) sees every sample this process trains."""
-    if cfg["threads"]:
-        torch.set_num_threads(cfg["threads"])
-    device = dist.start(cfg["device"])
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = dist.start(cfg.device)
     lead = dist.rank() == 0
     try:
         model, tokenizer, original = load_checked(cfg, device)
@@ -256,33 +313,34 @@ def train(cfg: dict, on_step=None):
         e.everywhere = True
         raise
     # only now, when everything has been checked, is anything written
-    out = prepare_run_dir(cfg["out"], cfg["force"]) if lead else None
-    yarn, randomized = METHODS[cfg["method"]]
-    cfg.update(scaling="yarn" if yarn else "none", original_len=original, processes=dist.world(),
-               global_batch=cfg["batch"] * cfg["grad_accum"] * dist.world())
-    hf.apply_llm_rope(model, cfg["scaling"], cfg["factor"])
-    curriculum, end = position_range(cfg)
+    out = prepare_run_dir(cfg.out, cfg.force) if lead else None
+    cfg.original_len, cfg.processes = original, dist.world()
+    cfg.global_batch = cfg.batch * cfg.grad_accum * cfg.processes
+    hf.apply_llm_rope(model, cfg.scaling, cfg.factor)
+    randomized, schedule = METHODS[cfg.method][1], range_schedule(cfg)
     model, params = trainable(model, cfg, device)
-    optimizer = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=cfg["wd"])
-    position_rng = torch.Generator().manual_seed(cfg["seed"] + 2)
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.wd)
+    position_rng = torch.Generator().manual_seed(cfg.seed + 2)
     if lead:
-        write_config(out, cfg)
+        write_config(out, cfg.saved())
     log = open_log(out, fresh=True) if lead else None
-    bar = tqdm(range(cfg["steps"]), disable=cfg["quiet"] or not lead, desc=os.path.basename(cfg["out"]))
+    bar = tqdm(range(cfg.steps), disable=cfg.quiet or not lead, desc=os.path.basename(cfg.out))
     model.train()
     tick, tokens = time.perf_counter(), 0
-    fit = fit_record(cfg["fit_bar"], cfg["fit_every"])
+    fit = fit_record(cfg.fit_bar, cfg.fit_every)
     for step in bar:
-        set_learning_rate(optimizer, learning_rate(step, cfg["lr"], cfg["warmup"], cfg["steps"]))
-        max_position = curriculum(step) if curriculum else end
-        mine = step_batch(tokenizer, cfg, step, max_position, position_rng)
-        losses, highest, norm = take_step(model, params, optimizer, mine, device, cfg["bf16"], step, on_step)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, cfg.lr, cfg.warmup, cfg.steps)
+        range_end = schedule(step)
+        mine = step_batch(tokenizer, cfg, step, range_end, position_rng)
+        losses, highest_position, norm = take_step(model, params, optimizer, mine, device, cfg.bf16, step, on_step)
         tokens += sum(ids.shape[1] for ids, _, _ in mine)
         loss_sum, all_tokens = dist.total([sum(losses), tokens])
         check_finite(loss_sum, step + 1)
         rate = all_tokens / (time.perf_counter() - tick)
-        row = {"step": step + 1, "loss": round(loss_sum / cfg["global_batch"], 5),
-               "range": max_position if randomized else None, "max_position": int(dist.total([highest], "max")[0]),
+        row = {"step": step + 1, "loss": round(loss_sum / cfg.global_batch, 5),
+               "range": range_end if randomized else None,
+               "highest_position": int(dist.total([highest_position], "max")[0]),
                "grad_norm": round(dist.local(norm).item(), 6), "tokens_per_s": round(rate)}
         if lead:
             log.write(json.dumps(row) + "\n")
@@ -302,25 +360,27 @@ def check_finite(loss_sum: float, step: int) -> None:
         raise error
 
 
-def position_range(cfg: dict) -> tuple:
-    """Randomized positions come from [0, max_position) for an n-token sample. max_position is a multiple of the
-    sample length: it widens from 1x to range x (Paper R's stages by default), or is range x from the first step
-    with --no-curriculum. Returns (the curriculum, a function of the step, or None; range x n). Every process
-    computes the same max_position from the step."""
-    n = cfg["train_len"][1]
-    end = int(round(cfg["range"] * n))
-    return (None if cfg["no_curriculum"] else lengen.LengthCurriculum(n, end, cfg["steps"], cfg["range_shape"])), end
+def range_schedule(cfg: LLMConfig):
+    """The range's end as a function of the step (logged as "range"): randomized positions come from
+    [0, range_end) for an n-token sample, range_end a multiple of n that widens from 1x to cfg.range x (Paper R's
+    stages by default), or is cfg.range x n from the first step with --no-curriculum. Every process computes the
+    same range_end from the step."""
+    n = cfg.train_len[1]
+    widest = int(round(cfg.range * n))
+    if cfg.no_curriculum:
+        return lambda step: widest
+    return lengen.LengthCurriculum(n, widest, cfg.steps, cfg.range_shape)
 
 
 def take_step(model, params, optimizer, mine: list, device, bf16: bool, step: int, on_step=None) -> tuple:
     """One optimizer step on this process's share of the global batch (step_batch), each sample its own forward
-    and backward; returns the samples' losses, the highest position id fed, and the gradient norm before
-    clipping (of the global batch's gradient: the processes average theirs at the last backward). bfloat16
-    autocast on CUDA, and on the CPU with bf16."""
+    and backward; returns the samples' losses, the highest position id fed (logged as "highest_position"), and
+    the gradient norm before clipping (of the global batch's gradient: the processes average theirs at the last
+    backward). bfloat16 autocast on CUDA, and on the CPU with bf16."""
     autocast = dict(device_type=torch.device(device).type, dtype=torch.bfloat16,
                     enabled=torch.device(device).type == "cuda" or bf16)
     optimizer.zero_grad(set_to_none=True)
-    losses, highest = [], 0
+    losses, highest_position = [], 0
     for i, (ids, n_prompt, positions) in enumerate(mine):
         if on_step:
             on_step(step, ids, positions)
@@ -333,31 +393,31 @@ def take_step(model, params, optimizer, mine: list, device, bf16: bool, step: in
             # samples it trains
             (loss / len(mine)).backward()
         losses.append(loss.item())
-        highest = max(highest, int(positions.max()))
+        highest_position = max(highest_position, int(positions.max()))
     norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
     optimizer.step()
-    return losses, highest, norm
+    return losses, highest_position, norm
 
 
-def save(model, tokenizer, cfg: dict, out: str | None, log, fit: dict):
+def save(model, tokenizer, cfg: LLMConfig, out: str | None, log, fit: dict):
     """Gather the whole model (every process takes part in gathering FSDP2's shards), merge LoRA adapters into
     it, and save it in out/model on rank 0 (out is None elsewhere), with fit.json under --fit-bar. Returns the
     model, unwrapped, in eval mode."""
     model = dist.unwrap(model)
-    if cfg["lora"]:
+    if cfg.lora:
         model = model.merge_and_unload()
     state = dist.full_state(model)
     if out is not None:
         log.close()
         if fit["bar"]:
             save_atomic(os.path.join(out, "fit.json"), lambda f: f.write(json.dumps(fit).encode()))
-        with hf.hushed(cfg["quiet"]):  # its "Writing model shards" bar
+        with hf.hushed(cfg.quiet):  # its "Writing model shards" bar
             model.save_pretrained(os.path.join(out, "model"), state_dict=state)
             tokenizer.save_pretrained(os.path.join(out, "model"))
     return model.eval()
 
 
-def run(args: argparse.Namespace, parser: argparse.ArgumentParser, on_step=None) -> dict:
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser, learning_rate, on_step=None) -> dict:
     """`train.py --llm ...` from its parsed command line: check, fine-tune, swap the run in; {"run": dir}."""
     if args.resume:
         raise UsageError("--resume is for small-GPT runs; an LLM run is short: start it again with --force")
@@ -366,7 +426,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, on_step=None)
             cfg = resolve(args, parser)
         except (ValueError, RuntimeError) as e:
             raise UsageError(str(e)) from None
-        check_out(cfg["out"], cfg["force"])
+        check_out(cfg.out, cfg.force)
     except UsageError as e:  # found alike by every process: rank 0 says it
         e.everywhere = True
         raise
@@ -374,11 +434,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, on_step=None)
     # held, or exists) ends that process, and the launcher then ends the others (so nothing waits for the
     # process group to be left: that would wait forever for the others).
     lead = dist.launch_rank() == 0
-    with hold(cfg["out"]) if lead else contextlib.nullcontext():
-        model, tokenizer, cfg = train(cfg, on_step)  # builds the run beside --out (prepare_run_dir)
+    with hold(cfg.out) if lead else contextlib.nullcontext():
+        model, tokenizer, cfg = train(cfg, learning_rate, on_step)  # builds the run beside --out (prepare_run_dir)
         if lead:
-            swap_in(build_folder(cfg["out"]), cfg["out"])
+            swap_in(build_folder(cfg.out), cfg.out)
     dist.stop()
-    if lead and not cfg["quiet"]:
-        print(f"saved {cfg['out']}/model ({cfg['method']}); measure it with: python eval.py {cfg['out']}")
-    return {"run": cfg["out"], "rows": []}
+    if lead and not cfg.quiet:
+        print(f"saved {cfg.out}/model ({cfg.method}); measure it with: python eval.py {cfg.out}")
+    return {"run": cfg.out, "rows": []}

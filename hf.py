@@ -162,6 +162,12 @@ def position_table(model) -> int | None:
     return getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None)
 
 
+# YaRN's factor s where none is given: an LLM fine-tune with yarn or ryarn (finetune.resolve) and zero-shot YaRN
+# at evaluation (load_for_eval). 4, Qwen2.5's usual long-context setting (Paper R does not report its s); s = 1
+# would be YaRN doing nothing, so a fine-tune refuses it.
+YARN_FACTOR = 4.0
+
+
 def apply_llm_rope(model, scaling: str, factor: float) -> None:
     """Put the run's scaling into the model: lengen's YaRN through patch_hf_rope, and the same settings in
     its config, so that save_pretrained writes a model Hugging Face itself reloads as YaRN. An LLM is
@@ -211,14 +217,15 @@ def text_sample(tokenizer, task: str, length: int, seed: int, options: dict) -> 
                          f"the task: {e}") from None
 
 
-def step_samples(tokenizer, cfg: dict, step: int, ours: list[bool], every: bool) -> list:
+def step_samples(tokenizer, cfg, step: int, ours: list[bool], every: bool) -> list:
     """The global batch of a training step, as (ids (1, T), prompt tokens) for sample j where ours[j] or
-    `every`, None elsewhere. Sample j of step t has the seed seed * 1,000,003 + t * len(ours) + j: with one
-    process and no accumulation, t * batch + i, as before training was distributed. `every`: a process that
-    draws randomized positions for the whole batch (finetune.train) needs every sample's length, so it also
-    tokenizes the others' samples, milliseconds each against the seconds of a forward."""
-    seeds = [cfg["seed"] * 1_000_003 + step * len(ours) + j for j in range(len(ours))]
-    return [chat_ids(tokenizer, *text_sample(tokenizer, cfg["task"], cfg["train_len"][1], seed, cfg["task_options"]))
+    `every`, None elsewhere; cfg is the run's finetune.LLMConfig (its seed, task, task_options, train_len).
+    Sample j of step t has the seed seed * 1,000,003 + t * len(ours) + j: with one process and no accumulation,
+    t * batch + i, as before training was distributed. `every`: a process that draws randomized positions for
+    the whole batch (finetune.train) needs every sample's length, so it also tokenizes the others' samples,
+    milliseconds each against the seconds of a forward."""
+    seeds = [cfg.seed * 1_000_003 + step * len(ours) + j for j in range(len(ours))]
+    return [chat_ids(tokenizer, *text_sample(tokenizer, cfg.task, cfg.train_len[1], seed, cfg.task_options))
             if our or every else None for seed, our in zip(seeds, ours)]
 
 
@@ -235,8 +242,8 @@ def load_for_eval(spec: str, device: str, scaling: str | None = None, factor: fl
     model, tokenizer = load_llm(os.path.join(spec, "model") if is_run else spec, device)
     label = os.path.basename(os.path.normpath(spec))
     if scaling == "yarn":
-        apply_llm_rope(model, "yarn", factor or 4.0)
-        label += f" + YaRN x{factor or 4.0:g}"
+        apply_llm_rope(model, "yarn", factor or YARN_FACTOR)
+        label += f" + YaRN x{factor or YARN_FACTOR:g}"
     return model, tokenizer, label
 
 

@@ -1,6 +1,6 @@
-"""lengen: length generalization in transformers, in one readable file.
+"""lengen: the building blocks of length generalization in transformers, and a small GPT made of them.
 
-Read top to bottom:
+Read top to bottom (`python lengen.py` prints a short tour):
   1. rotary scalings (RoPE, PI, NTK, dynamic NTK, YaRN)   -> (inv_freq, attention_scale)
   2. applying rotations (cos/sin in float64, the half-split layout of Hugging Face Llama models)
   3. position ids (contiguous, randomized, uniform stretch, PoSE) and a length curriculum
@@ -8,7 +8,7 @@ Read top to bottom:
   5. attention: softmax written out, the same in query blocks (fused SDPA without a bias), linear attention
   6. a small GPT that takes any encoding and any position ids
   7. a Hugging Face bridge: put any of these scalings into a Llama-family model
-  8. flex attention: a bias in one compiled kernel, the speed path of long evaluations
+  8. speed paths: ALiBi through torch's fused kernel, the other biases through flex attention, and which runs
 
 Nothing here imports the rest of the project, and importing it never imports transformers.
 """
@@ -19,6 +19,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -241,7 +242,7 @@ class LengthCurriculum:
     """The range positions are drawn from, widened during training: curriculum(step) -> max_position.
 
     Randomized YaRN (arXiv 2606.23687) grows it from the training length to about twice it, so the model
-    meets far-away positions only after it has learned the task nearby. Its one reported schedule, for data
+    meets far-away positions only after it has learned the task nearby. Its one reported curriculum, for data
     under 8K tokens: 8K -> 10K -> 12K -> 16K -> 16K, five equal stages at 0, 1/4, 1/2, 1 and 1 of the way
     from start to end, so the last two fifths hold the top ("paper-r"). "linear" grows evenly, "step" climbs
     `stages` equal stairs, the last at `end`, "cosine" slowly at both ends. Every shape equals start at step
@@ -612,12 +613,13 @@ def make_encoding(config: "GPTConfig") -> PositionalEncoding:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# 5. Attention
+# 5. Attention: plain softmax, query blocks, linear attention
 #
 # All three take q, k, v (B, H, T, D) and are causal. First the definition, softmax(q k^T / sqrt(D) + bias), every
 # logit written out; then the same as a forward runs it: torch's fused causal kernel without a bias (it never builds
-# the logits), with one blocks of queries that see the keys up to their last query, fewer as T grows so that a
-# block's scores stay near 4M numbers (memory ~linear); last, linear attention, the control. Flex: section 8.
+# the logits), with a bias blocks of queries that see the keys up to their last query, fewer as T grows so that a
+# block's scores stay near 4M numbers (memory ~linear); last, linear attention, the control. Faster paths for a
+# bias (ALiBi through the fused kernel, flex attention): section 8.
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -656,89 +658,6 @@ def softmax_attention(q, k, v, bias_fn=None, positions=None, query_block: int = 
         mask = bias_fn(positions[..., start:stop], positions[..., :stop]).to(q.dtype)
         mask = mask.masked_fill(~_causal_mask(start, stop, q.device), float("-inf"))
         out.append(F.scaled_dot_product_attention(q[:, :, start:stop], k[:, :, :stop], v[:, :, :stop], attn_mask=mask))
-    return torch.cat(out, dim=2)
-
-
-# ALiBi through the fused kernel. Its logit is q_i.k_j / sqrt(D) - m (p_i - p_j), and for any reference r
-#     q_i.k_j / sqrt(D) - m (p_i - p_j) = [q_i, sqrt(D)] . [k_j, m (p_j - r)] / sqrt(D)  -  m (p_i - r),
-# where the last term is the same for every key of query i, so softmax ignores it: the bias is one more head
-# dimension, and torch's fused kernel runs ALiBi at any position ids, with its backward, never building a logit.
-# float32 keeps a logit to ~6e-8 of its size, so r is the middle of a block of queries spanning at most
-# ALIBI_SPAN / m_max positions: a key that matters (near its query) carries |m (p_j - r)| of about ALIBI_SPAN / 2
-# at most, and the output stays within ~4e-6 of every logit written out (tests/test_alibi_fused.py). Ids so
-# sparse that blocks would hold under ALIBI_MIN_BLOCK queries on average keep the bias blocks above, and
-# attention_path says so.
-ALIBI_SPAN, ALIBI_MIN_BLOCK = 64.0, 16
-
-
-def alibi_blocks(positions: torch.Tensor, top_slope: float, span: float = ALIBI_SPAN) -> list[tuple[int, int]] | None:
-    """(start, stop) blocks of queries, each within span / top_slope positions of its first query in every row
-    of positions (T,) or (B, T); None when they would hold fewer than ALIBI_MIN_BLOCK queries on average."""
-    rows = positions.reshape(-1, positions.shape[-1]).contiguous()
-    T, blocks, start = rows.shape[-1], [], 0
-    while start < T and len(blocks) <= T // ALIBI_MIN_BLOCK:
-        reach = rows[:, start:start + 1] + span / top_slope
-        stop = max(start + 1, int(torch.searchsorted(rows, reach, right=True).min()))
-        blocks.append((start, stop))
-        start = stop
-    return blocks if start == T else None
-
-
-# CPU's flash kernel also returns each query's log-sum-exp (a private aten op; None where torch lacks it). With
-# it, a later block needs no float mask: see alibi_attention.
-_FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-
-
-def _merges_by_lse(device, grad_enabled: bool) -> bool:
-    """Whether alibi_attention runs its later blocks as two flash calls merged (_before_and_within): on CPU,
-    where torch has the kernel, and without gradients (autograd does not flow through the log-sum-exp)."""
-    return not grad_enabled and torch.device(device).type == "cpu" and _FLASH_WITH_LSE is not None
-
-
-def _before_and_within(q, k, v, start: int, scale: float) -> torch.Tensor:
-    """A block of queries whose first one sits at key index `start`, against keys k[:, :, :start + len(q)]: the
-    keys before the block, all visible, and the block's own, a square causal corner. One flash call each, no
-    mask; each output o is normalised over its own keys, and its log-sum-exp l is that normaliser's log. Merged:
-    softmax over both sets = (e^l1 o1 + e^l2 o2) / (e^l1 + e^l2) = o2 + sigmoid(l1 - l2) (o1 - o2)."""
-    o1, l1 = _FLASH_WITH_LSE(q, k[:, :, :start], v[:, :, :start], 0.0, False, scale=scale)
-    o2, l2 = _FLASH_WITH_LSE(q, k[:, :, start:], v[:, :, start:], 0.0, True, scale=scale)
-    return o2 + torch.sigmoid(l1 - l2).to(o1.dtype)[..., None] * (o1 - o2)
-
-
-def alibi_attention(q, k, v, slopes: torch.Tensor, positions: torch.Tensor, blocks) -> torch.Tensor:
-    """ALiBi's softmax attention (alibi_bias added to the logits) through scaled_dot_product_attention, with the
-    bias as one more head dimension (derived above); blocks from alibi_blocks. v gets a zero column, since the
-    fused kernels want one head size for q, k and v. Block 0 is plain causal; a later block's queries see every
-    key up to their own: without gradients on CPU, two unmasked calls merged (_before_and_within); otherwise
-    one call with a corner of one float mask (the log-sum-exp has no gradient). Returns (B, H, T, D)."""
-    B, H, T, D = q.shape
-    q = torch.cat((q, q.new_full((B, H, T, 1), math.sqrt(D))), dim=-1)
-    v = torch.cat((v, v.new_zeros(B, H, T, 1)), dim=-1)
-    keys = None if torch.is_grad_enabled() else torch.cat((k, k.new_empty(B, H, T, 1)), dim=-1)  # see below
-    merge = _merges_by_lse(q.device, torch.is_grad_enabled())
-    positions = positions.reshape(-1, 1, T)  # (B|1, 1, T)
-    scale, corner, out = 1 / math.sqrt(D), None, []
-    for start, stop in blocks:
-        middle = (positions[..., start:start + 1] + positions[..., stop - 1:stop]) // 2  # r
-        offset = (slopes[:, None] * (positions[..., :stop] - middle)).to(k.dtype)  # (B|1, H, stop)
-        if keys is None:  # autograd keeps every block's keys: a copy each
-            key = torch.cat((k[:, :, :stop], offset.expand(B, H, stop)[..., None]), dim=-1)
-        else:  # no gradients: one copy of the keys, its last column rewritten for each block
-            key = keys[:, :, :stop]
-            key[..., D] = offset
-        if start == 0:
-            block = F.scaled_dot_product_attention(q[:, :, :stop], key, v[:, :, :stop], is_causal=True, scale=scale)
-        elif merge:
-            block = _before_and_within(q[:, :, start:stop], key, v[:, :, :stop], start, scale)
-        else:
-            if corner is None:  # the last `rows` queries against all T keys, causal: each block reads a corner
-                rows = max(b - a for a, b in blocks)
-                corner = torch.zeros(rows, T, dtype=q.dtype, device=q.device).masked_fill(
-                    ~_causal_mask(T - rows, T, q.device), float("-inf"))
-            mask = corner[corner.shape[0] - (stop - start):, T - stop:]
-            block = F.scaled_dot_product_attention(q[:, :, start:stop], key, v[:, :, :stop], attn_mask=mask,
-                                                   scale=scale)
-        out.append(block[..., :D])
     return torch.cat(out, dim=2)
 
 
@@ -817,7 +736,7 @@ class PositionInfo:
     rope: tuple[torch.Tensor, ...] | None = None  # (cos, sin) for q and k, or xPos's (cos_q, sin_q, cos_k, sin_k)
     bias: Callable | None = None                  # bias(q_pos, k_pos) -> (B|1, H, Tq, Tk): a logit bias
     score_mod: Callable | None = None             # the bias as flex attention's score_mod: this forward takes flex
-    alibi: tuple | None = None                    # (slopes, alibi_blocks): ALiBi as one more head dimension, fused
+    alibi: tuple | None = None                    # (slopes, blocks) from attention_path: ALiBi's fused path
 
 
 class CausalSelfAttention(nn.Module):
@@ -900,10 +819,12 @@ class GPT(nn.Module):
             x = x + added.to(x.dtype)
         x = self.drop(x)
         bias = self.pos.bias if self.pos.acts_on == "logits" else None
-        path = self.attention_path(T, positions)[0] if bias is not None and not return_attention else None
-        alibi = (self.pos.slopes, alibi_blocks(positions, float(self.pos.slopes.max()))) if path == "fused" else None
-        pos = PositionInfo(positions, self.pos.rotary(positions), bias,  # rotary: once, shared by every layer
-                           self.pos.score_mod(positions.expand(B, T)) if path == "flex" else None, alibi)  # section 8
+        score_mod = alibi = None  # a bias's speed paths (section 8), unless return_attention writes out every logit
+        if bias is not None and not return_attention:
+            path = self._attention_path(T, positions)
+            score_mod = self.pos.score_mod(positions.expand(B, T)) if path.name == "flex" else None
+            alibi = path.alibi
+        pos = PositionInfo(positions, self.pos.rotary(positions), bias, score_mod, alibi)  # rotary: once, every layer
         layers = []
         for block in self.blocks:
             x, analysis = block(x, pos, return_attention)
@@ -914,8 +835,12 @@ class GPT(nn.Module):
     def attention_path(self, length: int, positions: torch.Tensor | None = None) -> tuple[str, str]:
         """("fused" | "flex" | "blocks" | "linear", why) for a forward of `length` tokens (at `positions`, default
         0..length-1) here and now."""
+        return self._attention_path(length, positions)[:2]
+
+    def _attention_path(self, length: int, positions: torch.Tensor | None) -> AttentionPath:
+        """attention_path with what the forward hands that path (fused ALiBi's slopes and blocks)."""
         if self.config.attention == "linear":
-            return "linear", "linear attention"
+            return AttentionPath("linear", "linear attention")
         return attention_path(self.pos, length, self.head.weight.device, torch.is_grad_enabled(),
                               self.config.dim // self.config.heads, positions, self.head.weight.dtype)
 
@@ -956,18 +881,104 @@ def patch_hf_rope(model: nn.Module, inv_freq: torch.Tensor, attention_scale: flo
 
 
 # ---------------------------------------------------------------------------------------------------------
-# 8. Flex attention: a logit bias in one compiled kernel
+# 8. Speed paths
 #
-# A speed path, last because nothing above needs it to be understood (the GPT looks these up only when it calls
-# them): from an encoding's score_mod (section 4) it computes softmax_attention's result (section 5) without
-# building a logit, for the forwards attention_path picks: a bias, no gradients, a long input.
+# Last because nothing above needs them to be understood (the GPT looks these up only when it calls them): each
+# computes what softmax_attention computes with a bias (section 5), without building a logit. ALiBi goes through
+# torch's fused kernel, its bias as one more head dimension, in training and evaluation; the other biases go
+# through flex attention, their score_mod (section 4) in one compiled kernel, for long evaluations.
+# attention_path, at the end, says which path a forward takes and why, and hands the GPT what that path needs.
 # ---------------------------------------------------------------------------------------------------------
 
 
+# ALiBi through the fused kernel. Its logit is q_i.k_j / sqrt(D) - m (p_i - p_j), and for any reference r
+#     q_i.k_j / sqrt(D) - m (p_i - p_j) = [q_i, sqrt(D)] . [k_j, m (p_j - r)] / sqrt(D)  -  m (p_i - r),
+# where the last term is the same for every key of query i, so softmax ignores it: the bias is one more head
+# dimension, and torch's fused kernel runs ALiBi at any position ids, with its backward, never building a logit.
+# float32 keeps a logit to ~6e-8 of its size, so r is the middle of a block of queries spanning at most
+# ALIBI_SPAN / m_max positions: a key that matters (near its query) carries |m (p_j - r)| of about ALIBI_SPAN / 2
+# at most, and the output stays within ~4e-6 of every logit written out (tests/test_alibi_fused.py). Ids so
+# sparse that blocks would hold under ALIBI_MIN_BLOCK queries on average keep softmax_attention's bias blocks (or
+# flex), and attention_path says so.
+ALIBI_SPAN, ALIBI_MIN_BLOCK = 64.0, 16
+
+
+def alibi_blocks(positions: torch.Tensor, top_slope: float, span: float = ALIBI_SPAN) -> list[tuple[int, int]] | None:
+    """(start, stop) blocks of queries, each within span / top_slope positions of its first query in every row
+    of positions (T,) or (B, T); None when they would hold fewer than ALIBI_MIN_BLOCK queries on average."""
+    rows = positions.reshape(-1, positions.shape[-1]).contiguous()
+    T, blocks, start = rows.shape[-1], [], 0
+    while start < T and len(blocks) <= T // ALIBI_MIN_BLOCK:
+        reach = rows[:, start:start + 1] + span / top_slope
+        stop = max(start + 1, int(torch.searchsorted(rows, reach, right=True).min()))
+        blocks.append((start, stop))
+        start = stop
+    return blocks if start == T else None
+
+
+# CPU's flash kernel also returns each query's log-sum-exp (a private aten op; None where torch lacks it). With
+# it, a later block needs no float mask: see alibi_attention.
+_FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def _merges_by_lse(device, grad_enabled: bool) -> bool:
+    """Whether alibi_attention runs its later blocks as two flash calls merged (_before_and_within): on CPU,
+    where torch has the kernel, and without gradients (autograd does not flow through the log-sum-exp)."""
+    return not grad_enabled and torch.device(device).type == "cpu" and _FLASH_WITH_LSE is not None
+
+
+def _before_and_within(q, k, v, start: int, scale: float) -> torch.Tensor:
+    """A block of queries whose first one sits at key index `start`, against keys k[:, :, :start + len(q)]: the
+    keys before the block, all visible, and the block's own, a square causal corner. One flash call each, no
+    mask; each output o is normalised over its own keys, and its log-sum-exp l is that normaliser's log. Merged:
+    softmax over both sets = (e^l1 o1 + e^l2 o2) / (e^l1 + e^l2) = o2 + sigmoid(l1 - l2) (o1 - o2)."""
+    o1, l1 = _FLASH_WITH_LSE(q, k[:, :, :start], v[:, :, :start], 0.0, False, scale=scale)
+    o2, l2 = _FLASH_WITH_LSE(q, k[:, :, start:], v[:, :, start:], 0.0, True, scale=scale)
+    return o2 + torch.sigmoid(l1 - l2).to(o1.dtype)[..., None] * (o1 - o2)
+
+
+def alibi_attention(q, k, v, slopes: torch.Tensor, positions: torch.Tensor, blocks) -> torch.Tensor:
+    """ALiBi's softmax attention (alibi_bias added to the logits) through scaled_dot_product_attention, with the
+    bias as one more head dimension (derived above); blocks from alibi_blocks. v gets a zero column, since the
+    fused kernels want one head size for q, k and v. Block 0 is plain causal; a later block's queries see every
+    key up to their own: without gradients on CPU, two unmasked calls merged (_before_and_within); otherwise
+    one call with a corner of one float mask (the log-sum-exp has no gradient). Returns (B, H, T, D)."""
+    B, H, T, D = q.shape
+    q = torch.cat((q, q.new_full((B, H, T, 1), math.sqrt(D))), dim=-1)
+    v = torch.cat((v, v.new_zeros(B, H, T, 1)), dim=-1)
+    keys = None if torch.is_grad_enabled() else torch.cat((k, k.new_empty(B, H, T, 1)), dim=-1)  # see below
+    merge = _merges_by_lse(q.device, torch.is_grad_enabled())
+    positions = positions.reshape(-1, 1, T)  # (B|1, 1, T)
+    scale, corner, out = 1 / math.sqrt(D), None, []
+    for start, stop in blocks:
+        middle = (positions[..., start:start + 1] + positions[..., stop - 1:stop]) // 2  # r
+        offset = (slopes[:, None] * (positions[..., :stop] - middle)).to(k.dtype)  # (B|1, H, stop)
+        if keys is None:  # autograd keeps every block's keys: a copy each
+            key = torch.cat((k[:, :, :stop], offset.expand(B, H, stop)[..., None]), dim=-1)
+        else:  # no gradients: one copy of the keys, its last column rewritten for each block
+            key = keys[:, :, :stop]
+            key[..., D] = offset
+        if start == 0:
+            block = F.scaled_dot_product_attention(q[:, :, :stop], key, v[:, :, :stop], is_causal=True, scale=scale)
+        elif merge:
+            block = _before_and_within(q[:, :, start:stop], key, v[:, :, :stop], start, scale)
+        else:
+            if corner is None:  # the last `rows` queries against all T keys, causal: each block reads a corner
+                rows = max(b - a for a, b in blocks)
+                corner = torch.zeros(rows, T, dtype=q.dtype, device=q.device).masked_fill(
+                    ~_causal_mask(T - rows, T, q.device), float("-inf"))
+            mask = corner[corner.shape[0] - (stop - start):, T - stop:]
+            block = F.scaled_dot_product_attention(q[:, :, start:stop], key, v[:, :, :stop], attn_mask=mask,
+                                                   scale=scale)
+        out.append(block[..., :D])
+    return torch.cat(out, dim=2)
+
+
+# Flex attention: a logit bias in one compiled kernel, for a forward with a bias, no gradients and a long input.
 FLEX_BLOCK = 128  # flex attention's tile: the causal mask skips tiles above the diagonal, needs none below
-# Tokens from which a forward with a bias and no gradients takes flex, per class (unlisted: 4096); one model's
-# own: model.pos.flex_from. Measured by `eval.py --bench` (docs/speed.md): flex is faster for each from 4096.
-FLEX_FROM = {ALiBi: 4096, KerpleLog: 4096, T5Bias: 4096, FIRE: 4096}
+# Tokens from which a forward with a bias and no gradients takes flex (one model's own: model.pos.flex_from).
+# Measured by `eval.py --bench` (docs/speed.md): flex is faster for every bias from 4096, so one number serves all.
+FLEX_FROM = 4096
 
 
 @functools.lru_cache(maxsize=16)  # every layer of a forward asks for the same one
@@ -1015,9 +1026,16 @@ def flex_unavailable(device_type: str) -> str | None:
     return None
 
 
+class AttentionPath(NamedTuple):
+    """Which path a forward's attention takes, why, and what the forward hands that path beyond q, k and v."""
+    name: str                   # "fused" | "flex" | "blocks" | "linear"
+    why: str
+    alibi: tuple | None = None  # fused ALiBi: (slopes, blocks of queries), what alibi_attention takes
+
+
 def attention_path(encoding: "PositionalEncoding", length: int, device, grad_enabled: bool,
                    head_dim: int = 16, positions: torch.Tensor | None = None,
-                   dtype: torch.dtype = torch.float32) -> tuple[str, str]:
+                   dtype: torch.dtype = torch.float32) -> AttentionPath:
     """How softmax attention runs a forward of `length` tokens at `positions` (default 0..length-1) in a model of
     `dtype`, and why:
     "fused" (torch's SDPA: no bias, or ALiBi's as one more head dimension), "flex" (the encoding's score_mod,
@@ -1025,42 +1043,83 @@ def attention_path(encoding: "PositionalEncoding", length: int, device, grad_ena
     stays on blocks: compiled flex attention runs inference only on CPU, and a training run meets many short
     lengths, each of which would compile (~10-20 s) to save milliseconds."""
     if encoding.acts_on != "logits":
-        return "fused", "no bias"
+        return AttentionPath("fused", "no bias")
     if isinstance(encoding, ALiBi):
-        why_not = alibi_unfused(encoding, length, device, positions, dtype)
-        if why_not is None:
-            return "fused", ("ALiBi's bias as one more head dimension (alibi_attention); blocks after the first "
-                             + ("merged by log-sum-exp" if _merges_by_lse(device, grad_enabled)
-                                else "with a float mask's corner"))
+        blocks, why_not = fused_alibi_blocks(encoding, length, device, positions, dtype)
+        if blocks is not None:
+            return AttentionPath("fused", "ALiBi's bias as one more head dimension (alibi_attention); blocks after "
+                                 "the first " + ("merged by log-sum-exp" if _merges_by_lse(device, grad_enabled)
+                                                 else "with a float mask's corner"), (encoding.slopes, blocks))
         path, why = bias_path(encoding, length, device, grad_enabled, head_dim)
-        return path, f"{why_not}; {why}"
-    return bias_path(encoding, length, device, grad_enabled, head_dim)
+        return AttentionPath(path, f"{why_not}; {why}")
+    return AttentionPath(*bias_path(encoding, length, device, grad_enabled, head_dim))
 
 
 def bias_path(encoding: "PositionalEncoding", length: int, device, grad_enabled: bool, head_dim: int):
     """attention_path for a bias that does not go through the fused kernel: flex or blocks."""
     if grad_enabled:
         return "blocks", "gradients: compiled flex attention is inference-only on CPU, and a compile per shape"
-    flex_from = getattr(encoding, "flex_from", FLEX_FROM.get(type(encoding), 4096))
+    flex_from = getattr(encoding, "flex_from", FLEX_FROM)
     if length < flex_from:
-        return "blocks", f"under {flex_from} tokens ({type(encoding).__name__}, FLEX_FROM), blocks are faster"
+        return "blocks", f"under {flex_from} tokens (FLEX_FROM), blocks are faster"
     if torch.device(device).type == "cuda" and head_dim < 16:
         return "blocks", f"head dim {head_dim}: flex attention's CUDA kernels need at least 16"
     why_not = flex_unavailable(torch.device(device).type)
     return ("blocks", why_not) if why_not else ("flex", "a bias, no gradients, a long input")
 
 
-def alibi_unfused(encoding: ALiBi, length: int, device, positions: torch.Tensor | None,
-                  dtype: torch.dtype = torch.float32) -> str | None:
-    """Why ALiBi cannot take alibi_attention here (None: it can): in a 16-bit model, or under autocast to one, the
-    extra dimension would round the bias to ~1e-3 of ALIBI_SPAN; ids too sparse would need blocks of a few
-    queries."""
+def fused_alibi_blocks(encoding: ALiBi, length: int, device, positions: torch.Tensor | None,
+                       dtype: torch.dtype = torch.float32) -> tuple[list[tuple[int, int]] | None, str | None]:
+    """(alibi_blocks, None) where ALiBi can take alibi_attention, else (None, why not): in a 16-bit model, or
+    under autocast to one, the extra dimension would round the bias to ~1e-3 of ALIBI_SPAN; ids too sparse would
+    need blocks of a few queries."""
     device_type = torch.device(device).type
     autocast = torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type) != torch.float32
     if autocast or dtype not in (torch.float32, torch.float64):
-        return "16 bits (the model's or autocast's): the bias would round in one more head dimension"
+        return None, "16 bits (the model's or autocast's): the bias would round in one more head dimension"
     positions = torch.arange(length) if positions is None else positions
-    if alibi_blocks(positions, float(encoding.slopes.max())) is None:
-        return (f"ids too sparse: fused ALiBi would need blocks under {ALIBI_MIN_BLOCK} queries "
-                f"(ALIBI_SPAN {ALIBI_SPAN:g} / slope {float(encoding.slopes.max()):g} positions each)")
-    return None
+    blocks = alibi_blocks(positions, float(encoding.slopes.max()))
+    if blocks is None:
+        return None, (f"ids too sparse: fused ALiBi would need blocks under {ALIBI_MIN_BLOCK} queries "
+                      f"(ALIBI_SPAN {ALIBI_SPAN:g} / slope {float(encoding.slopes.max()):g} positions each)")
+    return blocks, None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# python lengen.py: a tour, drawn as text
+# ---------------------------------------------------------------------------------------------------------
+
+
+def tour() -> None:
+    """YaRN's ramp over the rotary pairs of one small example, one randomized position draw, and ALiBi's bias at
+    the positions drawn."""
+    dim, base, factor, original_len = 16, 10000.0, 4.0, 2048
+    theta, _ = rope_frequencies(dim, base)
+    inv_freq, scale = yarn_frequencies(dim, base, factor, original_len)
+    print(f"YaRN (section 1), dim {dim}, base {base:g}, factor {factor:g}, original length L {original_len}: a pair\n"
+          f"making over 32 turns in L is kept, under 1 interpolated (its frequency / {factor:g}), ramped in between;\n"
+          "w is the weight of the original frequency.\n"
+          "pair  wavelength  turns in L  wavelength after     w")
+    counts = {"kept": 0, "ramped": 0, "interpolated": 0}
+    for i, (old, new) in enumerate(zip(theta.tolist(), inv_freq.tolist())):
+        w = (new - old / factor) / (old - old / factor)
+        what = "kept" if new == old else "interpolated" if new == old / factor else "ramped"
+        counts[what] += 1
+        print(f"{i:4d} {2 * math.pi / old:11.1f} {original_len * old / (2 * math.pi):11.2f} {2 * math.pi / new:17.1f}"
+              f"  {w:4.2f} {'#' * round(10 * w):10s} {what}")
+    print(", ".join(f"{what} {n}" for what, n in counts.items()) + f"; attention scale {scale:.4f}")
+
+    length, max_position = 8, 32
+    ids = randomized_positions(1, length, max_position, torch.Generator().manual_seed(0))[0]
+    print(f"\nRandomized positions (section 3): {length} tokens at sorted distinct ids in [0, {max_position}): "
+          f"{ids.tolist()}\n" + "".join("#" if p in ids.tolist() else "." for p in range(max_position)))
+
+    alibi = ALiBi(4)
+    print(f"\nALiBi (section 4) at those ids, head 0 of 4, slope m {float(alibi.slopes[0]):g}: the bias "
+          "-m (p_i - p_j)\nof query p_i (rows) and key p_j (columns); keys ahead are masked (blank)")
+    for i, row in enumerate(alibi.bias(ids, ids)[0, 0].tolist()):
+        print(f"{int(ids[i]):3d} |" + "".join(f"{b + 0.0:7.2f}" for b in row[:i + 1]))  # + 0.0: no "-0.00"
+
+
+if __name__ == "__main__":
+    tour()

@@ -447,6 +447,44 @@ def closed_stdout(program: str) -> None:
     print(f"{program}: error: the output was closed before all of it was written", file=sys.stderr)
 
 
+def launch_rank() -> int:
+    """This process's rank as a launcher (torchrun) set it, 0 without one: known before any process group."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def cli_main(program: str, command, argv: list[str] | None = None, alike: bool = False) -> int:
+    """The one entry of train.py and eval.py: command(argv), with every way it can end turned into one line
+    and an exit status: 0 done; 2 bad input (UsageError), an allocation that failed, or a closed pipe (| head);
+    130 Ctrl-C, or SIGTERM, a scheduler's preemption, which is made a Ctrl-C so it stops the same clean way.
+    Any other error is a bug and keeps its traceback. Under torchrun an error every process finds alike
+    (UsageError.everywhere, or every error of a command that is `alike` in every process) is said by rank 0
+    alone."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    printable_output()
+    try:
+        command(argv)
+        sys.stdout.flush()  # a closed pipe (| head) shows here, inside the try, rather than at exit
+    except UsageError as e:
+        if launch_rank() == 0 or not (alike or e.everywhere):
+            print(f"{program}: error: {e}", file=sys.stderr)
+        return 2
+    except Interrupted as e:  # Ctrl-C inside a training run: its checkpoint is saved
+        print(f"{program}: {e}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # outside the training loop: nothing is left half-written
+        print(f"{program}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        closed_stdout(program)
+        return 2
+    except (RuntimeError, MemoryError) as e:  # an allocation that failed is one line; any other error is a bug
+        if (line := out_of_memory(e)) is None:
+            raise
+        print(f"{program}: error: {line}", file=sys.stderr)
+        return 2
+    return 0
+
+
 # What --resume takes besides the run: how it runs, not what it computes.
 # (The device is where a run runs, not what it is: a run trained on a GPU may continue on a CPU.)
 RESUME_FLAGS = ("resume", "out", "quiet", "threads", "device")
@@ -597,16 +635,3 @@ def check_memory(dim: int, vocab_size: int, tokens: int, what: str, device: str)
     if need > have:
         raise UsageError(f"{what} needs at least {need / 2 ** 30:,.4g} GiB; {device if on_gpu else 'this machine'} "
                          f"has {have / 2 ** 30:,.0f} GiB")
-
-
-def learning_rate(step: int, lr: float, warmup: int, steps: int) -> float:
-    """Linear warm-up, then cosine decay to a tenth."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    t = (step - warmup) / max(1, steps - warmup)
-    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
-
-
-def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = lr

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import signal
 import sys
@@ -38,9 +39,8 @@ import tasks
 import text_tasks
 from eval import evaluate, final_table, load_run, markdown_table, model_config
 from runs import (MAX_SAMPLES, Interrupted, Parser, RunConfig, RunFolder, UsageError, check_fit_flags, check_machine,
-                  check_memory, check_runtime, closed_stdout, finite, fit_due, fit_record, hold, int_range, int_set,
-                  learning_rate, load_checkpoint, out_of_memory, printable_output, record_fit, refuse_unused,
-                  resume_config, save_atomic, set_learning_rate)
+                  check_memory, check_runtime, cli_main, finite, fit_due, fit_record, hold, int_range, int_set,
+                  load_checkpoint, record_fit, refuse_unused, resume_config, save_atomic)
 
 
 # Defaults of a small GPT trained from scratch; an LLM fine-tune has its own (finetune.DEFAULTS).
@@ -101,10 +101,21 @@ def draw_batch(cfg: RunConfig, step: int, data_rng: torch.Generator, position_rn
 # ---------------------------------------------------------------------------------------------------------
 
 
+# The learning rate at every step, as nanoGPT's get_lr: a linear warm-up, then a cosine decay to a tenth of the
+# peak. The LLM fine-tune (finetune.py) is handed the same function, so both loops follow one schedule.
+def learning_rate(step: int, lr: float, warmup: int, steps: int) -> float:
+    """Linear warm-up, then cosine decay to a tenth."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    t = (step - warmup) / max(1, steps - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
+
+
 def take_step(cfg: RunConfig, step: int, model: lengen.GPT, forward, optimizer, x, y, mask, positions) -> tuple:
     """One optimiser step on a batch (forward: the model, or its compiled twin); returns (loss, logits). A loss
     that is not finite stops training before anything of this step is applied or saved."""
-    set_learning_rate(optimizer, learning_rate(step, cfg.lr, cfg.warmup, cfg.steps))
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(step, cfg.lr, cfg.warmup, cfg.steps)
     logits = forward(x, positions)
     loss = F.cross_entropy(logits[mask], y[mask])
     if not torch.isfinite(loss):  # the last checkpoint stands
@@ -248,7 +259,7 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.llm:
-        return finetune.run(args, parser, on_step)
+        return finetune.run(args, parser, learning_rate, on_step)
     if dist.launched():
         refused = UsageError("torchrun spreads an LLM fine-tune (--llm) over processes; a small GPT trains in one "
                              "(many at once: python eval.py --experiment NAME --jobs N)")
@@ -276,31 +287,7 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # A scheduler's SIGTERM (preemption) is a Ctrl-C: the same clean stop and message wherever it lands.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    printable_output()
-    try:
-        run(argv)
-        sys.stdout.flush()  # a closed pipe (| head) shows here, inside the try, rather than at exit
-    except UsageError as e:
-        if not (e.everywhere and dist.launch_rank() != 0):  # under torchrun, said once
-            print(f"train.py: error: {e}", file=sys.stderr)
-        return 2
-    except Interrupted as e:
-        print(f"train.py: {e}", file=sys.stderr)
-        return 130
-    except KeyboardInterrupt:  # outside the training loop: nothing is left half-written
-        print("train.py: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        closed_stdout("train.py")
-        return 2
-    except (RuntimeError, MemoryError) as e:  # an allocation that failed is one line; any other error is a bug
-        if (line := out_of_memory(e)) is None:
-            raise
-        print(f"train.py: error: {line}", file=sys.stderr)
-        return 2
-    return 0
+    return cli_main("train.py", run, argv)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The paper experiments, one file each, run by name: python eval.py --experiment NAME (bench: --bench).
+"""The paper experiments, a study and its report each, run by name: python eval.py --experiment NAME (bench: --bench).
 
     retrieval.py  Paper A: why RoPE extrapolates on fixed-offset retrieval and learned absolute positions do not
     distance.py   Paper D: distance generalization on delay copy and selective copy (NoPE, RoPE, ALiBi)
@@ -9,8 +9,11 @@
     bench.py      speed and memory
     gpu.py        the first minutes on a GPU: the CUDA tests, then fine-tuning and long-context speed
 
-Each has one SCALES dict (quick, default, full) and one run(args), and reads top to bottom: the building
-blocks with their formulas, the runs, the claims with their thresholds, the writers. What they share is in
-common.py (statistics, the verdict rule, FIT_BAR, figures, the results writer, the job pool); what they measure
-a run with is eval.py's (evaluate, evaluate_table, load_run); how they train one is train.py's (train.run).
+Each experiment is two files. experiments/NAME.py is its study, read top to bottom: its PRESETS (quick,
+default, full; probe where it has one), the recipes of the models it trains, what it measures and the claims it
+decides; run(args) returns the data and writes nothing. experiments/NAME_report.py writes it: results/NAME.md,
+the figure, the tables README.md and docs/ render, and decide_again for --render. common.py runs them (eval.py
+--experiment NAME lands in its run_experiment) and holds what they share; stats.py holds the verdict rule;
+what they measure a run with is eval.py's (evaluate, evaluate_table, load_run); how they train one is
+train.py's (train.run).
 """

@@ -7,7 +7,8 @@ experiment's wall time.
     python eval.py --bench                     # results/bench.{md,json}
 
 Machines here are shared and noisy, so every figure is a ratio measured in the same run, each timing the best
-of several repeats.
+of several repeats. Read top to bottom: the plain reference; the timed measurements; the presets; measure()
+and the targets lengen promises; run(args), which returns the data. bench_report.py writes them.
 """
 from __future__ import annotations
 
@@ -26,8 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import lengen
-from eval import command_line, scale_name
-from experiments.common import write_results
+from experiments.common import command_line, preset_name
 
 BENCH_VARIANTS = [  # label, GPTConfig settings
     ("nope", dict(encoding="nope")),
@@ -365,7 +365,7 @@ _DEFAULT = dict(shapes=[dict(name="4x128, T 64, batch 12", layers=4, dim=128, he
                 lengths=[4096, 8192, 16384, 32768], repeats=5, compile_rope=True, smollm2=True, hf_length=512,
                 paths=[4096, 8192, 16384],
                 llm=dict(length=256, steps=4), jobs=dict(experiment="ryarn", jobs=(1, 2)))
-SCALES = {
+PRESETS = {
     "quick": dict(shapes=[dict(name="2x32, T 32, batch 4", layers=2, dim=32, heads=2, length=32, batch=4, steps=2)],
                   lengths=[256, 512], repeats=1, compile_rope=False, smollm2=False, hf_length=64, llm=None, paths=None,
                   jobs=None),
@@ -436,96 +436,14 @@ def alibi_targets(data: dict, length: int) -> list[tuple]:
                   (f"ALiBi peak memory at {length} tokens <= 1.1x RoPE's", memory, memory <= 1.1)]
 
 
-def speed_section(speed: dict) -> list[str]:
-    md = []
-    for name, rows in speed.items():
-        md += [f"\n## Training steps, {name}\n",
-               "| variant | tokens/s | cost vs NoPE | plain reference tokens/s | lengen vs plain |",
-               "|---|---:|---:|---:|---:|"]
-        md += [f"| {r['variant']} | {r['tokens_per_s']:,.0f} | {r['cost_vs_nope']:.2f}x | "
-               f"{r['plain_tokens_per_s']:,.0f} | {r['speedup_vs_plain']:.2f}x |" for r in rows]
-        compiled = [r for r in rows if "compiled_tokens_per_s" in r]
-        if compiled:
-            c = compiled[0]
-            md.append(f"\ntorch.compile (rope): {c['compiled_tokens_per_s']:,.0f} tokens/s, "
-                      f"{c['compiled_tokens_per_s'] / c['tokens_per_s']:.2f}x eager.")
-    return md
-
-
-def memory_section(memory: list[dict], lengths: list[int]) -> list[str]:
-    last = lengths[-1]
-    md = ["\n## Evaluation at long length (2 layers x 128, 4 heads, batch 1, one forward)\n",
-          "Path: `fused` torch's causal SDPA (no bias); `flex` the encoding's score_mod in compiled flex attention; "
-          "`blocks` the bias built a block of queries at a time. A flex row's time is its second forward; the "
-          "first, which compiles, is in the last column.\n",
-          "| encoding | path | " + " | ".join(f"{n} tokens" for n in lengths)
-          + f" | peak {last} / {lengths[-2]} | time vs RoPE at {last} | first forward at {last} |",
-          "|---|---|" + "---:|" * (len(lengths) + 3)]
-    for encoding in lengen.ENCODINGS:
-        rows = {r["length"]: r for r in memory if r["encoding"] == encoding}
-        paths = " / ".join(dict.fromkeys(rows[n]["path"] for n in lengths))
-        cells = [f"{rows[n]['peak_mb']:.0f} MB, {rows[n]['seconds']:.1f} s" for n in lengths]
-        first = rows[last]["first_forward_s"]
-        md.append(f"| {encoding} | {paths} | " + " | ".join(cells) + f" | {peak_growth(memory, encoding, lengths):.2f}x"
-                  f" | {vs_rope(memory, encoding, last):.2f}x | {'—' if first is None else f'{first:.1f} s'} |")
-    reasons = dict.fromkeys(f"{r['path']}: {r['why']}" for r in memory if r["path"] != "fused")
-    return md + ["", "Why: " + "; ".join(reasons) + "." if reasons else ""]
-
-
-def paths_section(paths: list[dict]) -> list[str]:
-    if not paths:
-        return []
-    md = ["\n## Flex attention or query blocks (the same models, one process, best of 2 after a first forward)\n",
-          "| encoding | tokens | flex | blocks | blocks / flex |", "|---|---:|---:|---:|---:|"]
-    return md + [f"| {r['encoding']} | {r['length']} | {r['flex_s']:.2f} s | {r['blocks_s']:.2f} s | "
-                 f"{r['blocks_s'] / r['flex_s']:.2f}x |" for r in paths]
-
-
-def step_section(data: dict, shape_name: str) -> list[str]:
-    """The RoPE step: its profile, then every option's speed."""
-    md = [f"\n## The RoPE training step, {shape_name}: where its time goes, and what makes it faster\n",
-          "| operator (torch.profiler) | share of the step's CPU time | calls per step |", "|---|---:|---:|"]
-    md += [f"| {r['operator']} | {r['share']:.1%} | {r['calls_per_step']:g} |" for r in data["step_profile"]]
-    md += ["", "| step | tokens/s | vs the plain reference | weights bit-identical to lengen's default |",
-           "|---|---:|---:|---|"]
-    md += [f"| {r['option']} | {r['tokens_per_s']:,.0f} | {r['vs_plain']:.2f}x | "
-           f"{'n/a' if r['identical'] is None else 'yes' if r['identical'] else 'no'} |" for r in data["step_options"]]
-    return md
-
-
-def markdown(data: dict, setup: dict) -> str:
-    md = [f"# Speed and memory\n\n`{data['command']}` on {data['machine']}; {data['runtime_s']:.0f} s.\n",
-          "Timings are the best of repeats; ratios compare variants measured in the same run.\n"]
-    md += speed_section(data["training"]) + memory_section(data["memory"], setup["lengths"])
-    md += paths_section(data["paths"])
-    if data["hf"]:
-        md += ["\n## Patched Hugging Face forward (YaRN x4 through patch_hf_rope)\n",
-               "| model | tokens | unpatched | patched | ratio |", "|---|---:|---:|---:|---:|"]
-        md += [f"| {r['model']} | {r['length']} | {r['unpatched_s']:.3f} s | {r['patched_s']:.3f} s | "
-               f"{r['ratio']:.3f} |" for r in data["hf"]]
-    md += step_section(data, setup["shapes"][0]["name"])
-    if data["llm_throughput"]:
-        md += [f"\n## LLM fine-tuning throughput (train.py --llm smollm2 --method ryarn, {setup['llm']['length']}"
-               f"-token samples, {setup['llm']['steps']} steps, 1 torch thread per process, CPU, gloo)\n",
-               "| processes | training tokens/s (all processes) |", "|---|---:|"]
-        md += [f"| {r['processes']} | {r['tokens_per_s']:,} |" for r in data["llm_throughput"]]
-    if jobs := data["jobs_wall_time"]:
-        md += [f"\n## --jobs: wall time of `python eval.py --experiment {jobs[0]['experiment']} --quick --threads 1 "
-               "--jobs N`\n", "| N | wall time | vs --jobs 1 |", "|---:|---:|---:|"]
-        md += [f"| {r['jobs']} | {r['wall_s']:.1f} s | {jobs[0]['wall_s'] / r['wall_s']:.2f}x |" for r in jobs]
-    md += [f"\n## Targets (first shape: {next(iter(data['training']))})\n", "| target | measured | met |",
-           "|---|---:|---|"]
-    md += [f"| {t['target']} | {t['measured']:.2f} | {'yes' if t['met'] else 'no'} |" for t in data["targets"]]
-    return "\n".join(md) + "\n"
-
-
-def run(args) -> None:
+def run(args) -> dict:
+    """Every measurement of the preset args name, with the command, the machine, the runtime and the targets."""
     start = time.perf_counter()
-    setup = SCALES[scale_name(args)]
+    setup = PRESETS[preset_name(args)]
     measured = measure(setup, args.threads)
     runtime = time.perf_counter() - start
     machine = (f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
                f"{torch.get_num_threads()} threads")
     data = {"command": command_line(args), "machine": machine, "runtime_s": runtime, **measured}
     data["targets"] = targets(data, setup["lengths"])
-    write_results("bench", markdown(data, setup), data, None, args.out_dir)
+    return data

@@ -1,21 +1,22 @@
-"""What the paper experiments share: one way of reporting (results/NAME.md, .json, .png, with the command and
-its runtime), statistics over seeds and the verdict rule, the job pool and the run cache.
+"""What the paper experiments share: the runner (eval.py --experiment NAME lands in run_experiment), one way of
+reporting (results/NAME.md, .json, .png, with the command and its runtime), the job pool and the run cache.
 
-An experiment reads top to bottom as a story (its building blocks, its runs, its claims, its writers); this file
-is the machinery under those stories:
+Each experiment is two files: experiments/NAME.py, its study (setup, recipes, measures, claims; run(args)
+returns data and writes nothing), and experiments/NAME_report.py, which writes it (markdown, figure, the
+README and docs blocks; decide_again for --render). The statistics and the verdict rule are in stats.py.
 - figures: line_styles (one colour per method in every panel), seed_curve; plot_curves and pyplot are eval.py's;
-- results: write_results; rerender (--render: decide a committed result again) and render_blocks (the claims
-  tables of README.md and docs/, rendered from results/NAME.json);
-- statistics: spread and fmt (a statistic over seeds and how it is written), beyond (the beyond-L mean);
-- verdicts: UNFIT, FIT_BAR, verdict (a claim made of sub-claims), rule and decide (gains over independent
-  units, a table at a time, Holm-adjusted; THRESHOLD), unit_verdict (a table of one), all_of (a claim that
-  needs several comparisons);
+- results: write_results, and render_blocks (the claims tables of README.md and docs/, rendered from
+  results/NAME.json);
+- the runner: preset_name, results_name, command_line (the command a results file states), check_out_dir,
+  run_experiment;
+- statistics over seeds: spread and fmt (a statistic over seeds and how it is written), beyond (the beyond-L
+  mean);
 - running: map_jobs (--jobs N worker processes), train_once (a run trained once), fit_of (a probe's model;
   probe trains them all, probe_cost and probe_table report them), cpu_seconds and runtime (what a run took).
-How an experiment is found by its name and started (scale_name, command_line, check_out_dir, run_experiment)
-is eval.py's command line.
 
-Imports run one way, down: experiments -> train -> eval -> {runs, hf, dist} -> {lengen, tasks, text_tasks}.
+Imports run one way, down: experiments/NAME_report -> experiments/NAME -> {common, stats} -> {train, eval} ->
+{finetune} -> {hf, dist, runs} -> {lengen, tasks, text_tasks}; eval.py imports this file only when asked to run
+an experiment, late, and nothing below imports an experiment.
 """
 from __future__ import annotations
 
@@ -29,14 +30,16 @@ import re
 import resource
 import signal
 import sys
+import tempfile
 import threading
 import time
 
 import torch
 
 import train
-from eval import command_line, pyplot, save_figure, t_interval, t_tail
-from runs import Interrupted, UsageError, read_fit, save_atomic, signals_deferred
+from eval import experiment_names, pyplot, save_figure
+from experiments.stats import FIT_BAR
+from runs import Interrupted, UsageError, hold, read_fit, save_atomic, signals_deferred
 
 # ---------------------------------------------------------------------------------------------------------
 # Figures: one colour per method, fixed across panels; bands over seeds
@@ -87,25 +90,6 @@ def write_results(name: str, markdown: str, data: dict, figure=None, out_dir: st
     print(f"wrote {out_dir}/{name}.md, .json" + (", .png" if figure is not None else ""))
 
 
-def rerender(name: str, render, args) -> None:
-    """eval.py --experiment NAME --render: the results in --out-dir decided again from their own numbers by
-    render(data) -> (data, markdown, figure), the experiment's current rule and writers; nothing is trained.
-    The recorded command stays the one that measured the numbers; the markdown says which decided them. With
-    the committed results (--out-dir results), the tables README.md and docs/ render from them follow."""
-    with open(os.path.join(args.out_dir, f"{name}.json"), encoding="utf-8") as f:
-        data, markdown, figure = render(json.load(f, object_hook=int_keys))
-    markdown = markdown.rstrip("\n") + (f"\n\nVerdicts decided from these numbers by `python eval.py --experiment "
-                                        f"{name} --render` (the shared rule: experiments/common.py).\n")
-    write_results(name, markdown, data, figure, args.out_dir)
-    if os.path.abspath(args.out_dir) == os.path.join(ROOT, "results"):
-        for page in pages():
-            with open(page, encoding="utf-8") as f:
-                text = f.read()
-            if (new := render_blocks(text, only=name)) != text:
-                save_atomic(page, lambda f: f.write(new.encode()))
-                print(f"rendered its tables in {os.path.relpath(page, ROOT)}")
-
-
 def int_keys(obj: dict) -> dict:
     """JSON keeps a dict's integer keys (a length, a width) as text: a dict whose keys all read as integers had
     integers for keys when its experiment wrote it."""
@@ -115,8 +99,8 @@ def int_keys(obj: dict) -> dict:
 
 
 # A claims table in README.md or docs/*.md is never typed: it stands between these two lines, and is what the
-# named function of experiments/NAME.py renders from results/NAME.json (tests/test_rendered.py checks it).
-BLOCK = re.compile(r"(<!-- rendered by experiments/(\w+)\.py (\w+)\(\) from results/\2\.json -->\n)(.*?)"
+# named function of experiments/NAME_report.py renders from results/NAME.json (tests/test_rendered.py checks it).
+BLOCK = re.compile(r"(<!-- rendered by experiments/(\w+)_report\.py (\w+)\(\) from results/\2\.json -->\n)(.*?)"
                    r"(<!-- end rendered -->)", re.S)
 
 
@@ -131,10 +115,10 @@ def pages() -> list[str]:
 
 
 def rendered(name: str, function: str) -> str:
-    """What experiments/NAME.py's function renders from the committed results/NAME.json."""
+    """What experiments/NAME_report.py's function renders from the committed results/NAME.json."""
     with open(os.path.join(ROOT, "results", f"{name}.json"), encoding="utf-8") as f:
         data = json.load(f, object_hook=int_keys)
-    return getattr(importlib.import_module(f"experiments.{name}"), function)(data)
+    return getattr(importlib.import_module(f"experiments.{name}_report"), function)(data)
 
 
 def render_blocks(text: str, only: str | None = None) -> str:
@@ -147,8 +131,122 @@ def render_blocks(text: str, only: str | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# What every experiment shares: spreads over seeds and how they are written, verdicts, seed-paired gains and
-# their threshold, the beyond-L mean, the scale, the command line it states, and where it is found.
+# The runner: eval.py --experiment NAME imports this file, and this file imports the experiment
+# ---------------------------------------------------------------------------------------------------------
+
+PRESETS = ("quick", "default", "full")  # every study's PRESETS dict has these keys, and "probe" where it has one
+
+
+def preset_name(args) -> str:
+    """--quick (for the tests), --full (paper scale, a GPU helps), --probe (the short run that chose the default's
+    design, where an experiment has one) or the default (minutes on a laptop CPU)."""
+    given = [flag for flag in ("quick", "probe", "full") if getattr(args, flag)]
+    if len(given) > 1:
+        raise UsageError(f"choose one of --{' and --'.join(given)}")
+    return given[0] if given else "default"
+
+
+def results_name(name: str, args) -> str:
+    """NAME, or NAME-probe for --probe: a probe never replaces the results it was run to plan."""
+    return f"{name}-probe" if args.probe else name
+
+
+def command_line(args, *extra: str) -> str:
+    """The command that reproduces an experiment's results, as the user would type it: every option that
+    differs from its default, so that the results file states exactly what was run."""
+    words = ["python eval.py", "--bench" if args.bench else f"--experiment {args.experiment}"]
+    words += [f"--{preset_name(args)}"] if preset_name(args) != "default" else []
+    words += [f"--threads {args.threads}"] if args.threads else []
+    words += [f"--device {args.device}"] if args.device != "cpu" else []
+    words += [f"--out-dir {args.out_dir}"] if args.out_dir != default_out_dir(args) else []
+    words += [f"--jobs {args.jobs}"] if args.jobs != 1 else []
+    return " ".join(words + list(extra))
+
+
+def default_out_dir(args) -> str:
+    """results/, or results/quick/ (not committed) for --quick, which must never replace the real results."""
+    return os.path.join("results", "quick") if args.quick else "results"
+
+
+def check_out_dir(name: str, args) -> None:
+    """Before anything is computed: the results can be written to --out-dir, and they would not replace results
+    that another command wrote there (another preset, other options) unless --force."""
+    folder, path = args.out_dir, os.path.join(args.out_dir, f"{name}.json")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()  # what writing there will take
+    except OSError as e:  # a file, a read-only folder or mount, no permission
+        raise UsageError(f"--out-dir {folder}: {e.strerror}") from None
+    if args.render:  # the same command's results, decided again: they must be there, and readable
+        try:
+            with open(path, encoding="utf-8") as f:
+                json.load(f)["command"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise UsageError(f"--render decides again from {path}, which is missing or not an experiment's "
+                             "results: run the experiment first") from None
+    elif os.path.isfile(path) and not args.force:
+        try:
+            with open(path, encoding="utf-8") as f:
+                previous = json.load(f).get("command")
+        except (ValueError, AttributeError):  # not JSON (cut short?), or not an experiment's
+            raise UsageError(f"{path} is not an experiment's results (not readable JSON, or cut short): give "
+                             "--force to replace it") from None
+        if previous != command_line(args):
+            raise UsageError(f"{path} holds the results of `{previous}`, not of this command: give another "
+                             "--out-dir, or --force to replace them")
+
+
+def run_experiment(name: str, args) -> None:
+    """eval.py --experiment NAME (or --bench): check the command, import the study experiments/NAME.py and its
+    report experiments/NAME_report.py, let the study refuse what it cannot run here (its refuse(args), if it has
+    one), hold its run folders, and write its results once: data = study.run(args), which trains and measures
+    and writes nothing, then report.markdown(data) and report.figure(data). --render runs no study: the report
+    decides the recorded data again (report.decide_again) and writes them anew."""
+    if name not in experiment_names() + ["bench"]:
+        raise UsageError(f"unknown experiment '{name}'; choose from {', '.join(experiment_names())}")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: give N >= 1 (how many runs train at once)")
+    if args.bench and args.jobs != 1:
+        raise UsageError("--bench measures what --jobs does itself: leave --jobs out")
+    preset = preset_name(args)  # --quick with --full is refused before anything is written
+    study = importlib.import_module(f"experiments.{name}")
+    report = importlib.import_module(f"experiments.{name}_report")
+    if preset == "probe" and "probe" not in getattr(study, "PRESETS", {}):
+        raise UsageError(f"--probe: {name} has no probe (its design is given in its results file)")
+    if args.render and preset == "probe":
+        raise UsageError("--render decides claims again; a probe has none: run --probe itself")
+    if args.render and not hasattr(report, "decide_again"):
+        raise UsageError(f"--render: {name} makes no claims to decide again; run it instead")
+    if hasattr(study, "refuse"):  # what this machine cannot run, said before any folder is made
+        study.refuse(args)
+    args.out_dir = args.out_dir or default_out_dir(args)
+    results = results_name(name, args)
+    check_out_dir(results, args)
+    # A second command on the same experiment and preset would race this one for its run folders: it is
+    # turned away in one line, and this one goes on.
+    with hold(os.path.join("runs", name, preset), holder=f"eval.py --experiment {name}"):
+        if args.render:
+            with open(os.path.join(args.out_dir, f"{results}.json"), encoding="utf-8") as f:
+                data = report.decide_again(json.load(f, object_hook=int_keys))
+        else:
+            data = study.run(args)
+        markdown = report.markdown(data)
+        if args.render:  # the recorded command stays the one that measured the numbers; this says who decided
+            markdown = markdown.rstrip("\n") + (f"\n\nVerdicts decided from these numbers by `python eval.py "
+                                                f"--experiment {name} --render` (the shared rule: "
+                                                "experiments/common.py).\n")
+        write_results(results, markdown, data, report.figure(data), args.out_dir)
+    if args.render and os.path.abspath(args.out_dir) == os.path.join(ROOT, "results"):
+        for page in pages():  # the tables README.md and docs/ render from the results follow them
+            with open(page, encoding="utf-8") as f:
+                text = f.read()
+            if (new := render_blocks(text, only=name)) != text:
+                save_atomic(page, lambda f: f.write(new.encode()))
+                print(f"rendered its tables in {os.path.relpath(page, ROOT)}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Statistics over seeds and how they are written; ALiBi's slopes; the beyond-L mean
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -178,149 +276,12 @@ def fmt(s, spec: str = ".2f", form: str = "range") -> str:
 # give ALiBi the 8-head slopes, evenly spaced over their heads (train.py --alibi-slope-heads 8): 2 heads 1/2, 1/32.
 ALIBI_SLOPE_HEADS = 8
 
-# A claim about how models generalize cannot be tested on models that did not learn their task where nothing
-# is extrapolated: whatever they do beyond it says how far training got. Such a claim gets this fourth verdict,
-# never "not reproduced". Every experiment's verdicts pass through verdict() or unit_verdict() below, which
-# take `fitted`: did the models the claim rests on reach the experiment's fit bar in distribution?
-UNFIT = "undecided (models did not fit)"
-
-# The one fit bar: a model has learned its task when its accuracy in distribution (at the longest training length
-# L, on held-out sequences) reaches this. retrieval, distance and encodings gate their claims on it.
-FIT_BAR = 0.9
-
-
-def verdict(full: bool, some: bool, fitted: bool = True) -> str:
-    """The verdict of a claim made of sub-claims: all of it holds, some of it, or none; undecided (UNFIT)
-    when the models it rests on did not fit."""
-    if not fitted:
-        return UNFIT
-    return "reproduced" if full else "partly reproduced" if some else "not reproduced"
-
-
-# The smallest gain a claim of a gain counts as (5 accuracy points), fixed before the runs: see decide() below.
-THRESHOLD = 0.05
-
 
 def beyond(acc: list[float]) -> float:
     """A model's mean accuracy beyond L, from its accuracies at L, 2L, 4L, ...: every one but the first. The
     number the length experiments compare (encodings, ryarn)."""
     return sum(acc[1:]) / len(acc[1:])
 
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The verdict on a gain replicated over independent units (seeds; pretrained bases), one table at a time
-# ---------------------------------------------------------------------------------------------------------
-
-ALPHA = 0.05  # the error rate of a whole table of comparisons (its family), split among them by Holm's rule
-MIN_UNITS = 3  # fewer independent units give no verdict: 2 units' 95 % interval is mean +- 12.7 standard errors
-
-
-def rule(per_unit: list[float], low: float, high: float, threshold: float) -> str:
-    """The verdict on a claimed gain of at least `threshold`, from its value on each independent unit and its
-    interval [low, high], already adjusted for the comparisons of its table (decide):
-    - reproduced: the mean gain is >= threshold and the interval lies above 0;
-    - reversed: the mirror image, the mean <= -threshold and the interval below 0;
-    - smaller than claimed: the interval lies below the threshold, whatever its sign (a real but small gain,
-      no gain, or a loss too small to call reversed), written with the effect: "smaller than claimed: +0.026
-      [+0.007, +0.044], under +0.05";
-    - undecided: anything else (the interval reaches the threshold and 0), or fewer than MIN_UNITS units.
-    Why these: a mean alone, or "positive on every unit", passes noise far more often than the interval says
-    (3-25 % of the time with 2-3 units and no true gain); an interval that excludes 0 alone calls a gain of
-    +0.001 reproduced. Both conditions together, at the family's level, say "reproduced" for a true gain of 0
-    at most ALPHA / 2 of the time (tests/test_verdicts.py simulates it)."""
-    if len(per_unit) < MIN_UNITS:
-        return "undecided"
-    mean = sum(per_unit) / len(per_unit)
-    if mean >= threshold and low > 0:
-        return "reproduced"
-    if mean <= -threshold and high < 0:
-        return "reversed"
-    if high < threshold:
-        return f"smaller than claimed: {mean:+.3f} [{low:+.3f}, {high:+.3f}], under +{threshold:g}"
-    return "undecided"
-
-
-def decide(family: dict[str, list[float]], threshold: float, fitted: dict[str, bool] | None = None,
-           alpha: float = ALPHA) -> dict[str, dict]:
-    """Every claim of one results table at once: {name: per-unit gains} -> {name: {per_unit, mean, low, high,
-    p, level, family, verdict}}. A claim whose models did not fit (fitted[name] False) or that has no unit left
-    is UNFIT; one with fewer than MIN_UNITS units is undecided.
-
-    Holm's adjustment over the table's m comparisons (all of them, measured or not): order the measured ones
-    by their two-sided p-value for "no gain" (a t-test over units); the one of rank r (0, 1, ...) is tested at
-    level alpha / (m - r) as long as every one before it was rejected, and once one is not, every later one
-    keeps that one's level, so none of them is rejected either. Each interval is the t-interval at its level
-    (1 - level confidence): it excludes 0 exactly when Holm rejects "no gain" for it."""
-    fitted, m, out = fitted or {}, len(family), {}
-    measured = {}
-    for name, values in family.items():
-        values = [float(v) for v in values]
-        if not fitted.get(name, True) or not values:  # measured or not, no verdict: the mean is shown as it is
-            out[name] = {"per_unit": values, "family": m, "verdict": UNFIT,
-                         **({"mean": sum(values) / len(values)} if values else {})}
-        elif len(values) < MIN_UNITS:
-            out[name] = {"per_unit": values, "mean": sum(values) / len(values), "family": m,
-                         "verdict": f"undecided ({len(values)} unit(s): {MIN_UNITS} needed)"}
-        else:
-            measured[name] = values
-    level, rejecting = alpha / m if m else alpha, True
-    for rank, name in enumerate(sorted(measured, key=lambda n: p_value(measured[n]))):
-        p = p_value(measured[name])
-        if rejecting:
-            level = alpha / (m - rank)
-            rejecting = p <= level
-        mean, low, high = t_interval(measured[name], level)
-        out[name] = {"per_unit": measured[name], "mean": mean, "low": low, "high": high, "p": p, "level": level,
-                     "family": m, "verdict": rule(measured[name], low, high, threshold)}
-    return {name: out[name] for name in family}
-
-
-def p_value(values: list[float]) -> float:
-    """Two-sided p-value of "the mean gain is 0" from a t-test over independent units (n - 1 degrees of freedom)."""
-    n = len(values)
-    mean = sum(values) / n
-    sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
-    if sd == 0:
-        return 0.0 if mean else 1.0
-    return t_tail(mean / (sd / n ** 0.5), n - 1)
-
-
-def unit_verdict(per_unit, threshold: float, fitted: bool = True) -> dict:
-    """One claimed gain alone: a table of one comparison (decide)."""
-    return decide({"claim": list(per_unit)}, threshold, {"claim": fitted})["claim"]
-
-
-def caption(family: dict[str, dict], alpha: float = ALPHA) -> str:
-    """What a table's verdicts rest on, for the line above it: the family and its adjusted levels."""
-    m = len(family)
-    levels = sorted({r["level"] for r in family.values() if "level" in r})
-    shown = ", ".join(f"{1 - v:.4g}" for v in levels) or "none measured"
-    return (f"One family of {m} comparison(s), Holm-adjusted at {alpha:g} over the table: each interval is the "
-            f"t-interval over independent units at its adjusted confidence ({shown}).")
-
-
-def failed(outcome: str) -> bool:
-    """Whether a verdict says the claim does not hold (as opposed to: holds, or cannot be told)."""
-    return outcome.startswith(("not reproduced", "reversed", "smaller than claimed"))
-
-
-def short(outcome: str) -> str:
-    """A verdict as a summary table writes it: "smaller than claimed: +0.026 [...], under +0.05" ->
-    "smaller than claimed" (the numbers stand in their own column)."""
-    return outcome.split(": ")[0] if outcome.startswith("smaller than claimed") else outcome
-
-
-def all_of(verdicts: list[str]) -> str:
-    """The verdict of a claim that needs every one of several comparisons ("X beats each of Y and Z"): each
-    comparison reproduced -> reproduced; one decidedly failing -> the claim fails (partly, where another
-    holds); otherwise some comparison is open, and so is the claim: undecided, or UNFIT where none could
-    be measured on fitted models."""
-    if any(failed(v) for v in verdicts):
-        return verdict(False, "reproduced" in verdicts)
-    if verdicts and all(v == "reproduced" for v in verdicts):
-        return "reproduced"
-    return UNFIT if verdicts and all(v == UNFIT for v in verdicts) else "undecided"
 
 
 def map_jobs(worker, items: list, jobs: int = 1, threads: int = 1, bar=None) -> list:

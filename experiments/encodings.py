@@ -19,7 +19,8 @@ models that fitted.
 
 Read top to bottom: the setup; training and measuring one model (one job; the jobs are independent, so
 --jobs N runs them in N processes with identical results); the published findings as claims and the rule that
-decides them; the markdown and the heatmaps; the probe; run(args).
+decides them; the probe; run(args), which returns the data and writes nothing. The markdown, the heatmaps and
+the README/docs table are in experiments/encodings_report.py.
 """
 from __future__ import annotations
 
@@ -30,11 +31,10 @@ from tqdm import tqdm
 
 import lengen
 import tasks
-import train
-from eval import command_line, evaluate, load_run, results_name, scale_name
-from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, THRESHOLD, UNFIT, all_of, beyond, caption, cpu_per_step,
-                                cpu_seconds, decide, fitted, fmt, map_jobs, probe, probe_cost, probe_on_record,
-                                probe_table, rerender, runtime, short, spread, train_once, write_results)
+from eval import evaluate, load_run
+from experiments.common import (ALIBI_SLOPE_HEADS, beyond, command_line, cpu_per_step, cpu_seconds, fitted, map_jobs,
+                                preset_name, probe, probe_on_record, runtime, train_once)
+from experiments.stats import FIT_BAR, THRESHOLD, all_of, caption, decide
 from runs import read_fit
 
 # ---------------------------------------------------------------------------------------------------------
@@ -51,7 +51,7 @@ from runs import read_fit
 # id: contiguous). Their models always draw (the draw is part of the model); evaluating such a model with
 # contiguous ids instead would measure it on gaps it never saw, even at L.
 TASKS = ("copy", "reverse", "duplicate", "associative_recall", "retrieval", "shift", "latest_recall")
-SCALES = {
+PRESETS = {
     "quick": dict(L=12, layers=2, cap=20, every=10, seeds=(0,), samples=16, tasks=("reverse", "shift")),
     # the cells its probe saw fit within the probe's cap that a comparison can use (planned()), to twice that
     # cap, on one task read by position (reverse) and one by content (latest_recall): with 4 seeds, what an hour
@@ -73,15 +73,20 @@ POSITIONS = ("contiguous", "randomized")
 MULTIPLES = (1, 2, 4, 8)  # evaluation lengths, as multiples of L; common.beyond: the mean of 2L, 4L and 8L
 
 
-def variants(setup: dict | None = None) -> list[tuple[str, str]]:
+def variants(setup: dict) -> list[tuple[str, str]]:
     """(encoding, positions) of every model trained per task and seed: every encoding with contiguous ids, and
     with randomized ids those of setup["randomized"] (default: all but NoPE)."""
-    randomized = (setup or {}).get("randomized", [e for e in ENCODINGS if e != "nope"])
+    randomized = setup.get("randomized", [e for e in ENCODINGS if e != "nope"])
     return [(e, p) for e in ENCODINGS for p in POSITIONS if p == "contiguous" or e in randomized]
 
 
 def label(encoding: str, positions: str) -> str:
     return encoding if encoding == "nope" or positions == "contiguous" else f"{encoding} + rand"
+
+
+def rows(setup: dict) -> list[str]:
+    """The labels of every variant: one row of each table, and the keys of a task's accuracy and steps_to_fit."""
+    return [label(e, p) for e, p in variants(setup)]
 
 
 def planned(setup: dict, probe: dict | None) -> list[tuple[str, str, str]]:
@@ -99,6 +104,14 @@ def planned(setup: dict, probe: dict | None) -> list[tuple[str, str, str]]:
     used = {(t, row) for triples in comparisons(setup["tasks"], randomized).values() for t, b, w in triples
             if (t, b) in fit and (t, w) in fit for row in (b, w)}
     return [(t, e, p) for t, e, p in cells if (t, label(e, p)) in used]
+
+
+def predicted_cpu_s(probe: dict, cells: list[tuple[str, str]], seeds: int) -> float:
+    """What the probe predicts the planned cells (task, row) cost to train: each cell's probe steps to fit, once
+    per seed, at the probe's CPU seconds per step. A seed slower than the probe's, and evaluation, add to it;
+    a cell of a task the probe did not measure adds nothing."""
+    steps = sum(probe["fits"][t][row]["steps_to_fit"] for t, row in cells if t in probe["fits"])
+    return steps * seeds * cpu_per_step(probe)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -143,14 +156,14 @@ def chance(task: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The published findings, as claims, and the rule (common.decide, fixed before the run)
+# The published findings, as claims, and the rule (stats.decide, fixed before the run)
 # ---------------------------------------------------------------------------------------------------------
 #
 # A comparison "A beats B" is measured on the tasks where both cells fitted (MIN_SEEDS seeds or more, every one
 # fitted). Per seed, the mean over those tasks of A's accuracy beyond L minus B's; the seeds are the
-# independent units. Every comparison of the claims table is one family (common.decide: Holm over the table),
+# independent units. Every comparison of the claims table is one family (stats.decide: Holm over the table),
 # "undecided (models did not fit)" when no task has both cells fitted. A claim that A beats several encodings
-# needs each comparison (common.all_of).
+# needs each comparison (stats.all_of).
 
 PAPER = {
     "randomized positions help": "Ruoss et al. (2305.16843): randomized positions raise test accuracy beyond the "
@@ -233,239 +246,32 @@ def claims(accuracy: dict, steps: dict, tasks_: list[str]) -> tuple[dict, str]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Markdown and figure
+# The probe, and the run
 # ---------------------------------------------------------------------------------------------------------
 
-def rows(setup: dict) -> list[str]:
-    return [label(e, p) for e, p in variants(setup)]
-
-
-def grid(data: dict, at) -> list[str]:
-    """One row per variant, one column per task: mean ± sd over seeds of at(accuracies); a cell that did not
-    fit is marked †, one not run (planned() left it out) 'not run', and the row's mean is over its fitted
-    cells."""
-    tasks_ = data["settings"]["tasks"]
-    out = ["| encoding | " + " | ".join(f"{t} ({chance(t):.2f})" for t in tasks_) + " | mean of fitted |",
-           "|---|" + "---:|" * (len(tasks_) + 1)]
-    for row in rows(data["settings"]):
-        cells, kept = [], []
-        for t in tasks_:
-            values = [at(a) for a in data["accuracy"][t][row]]
-            ok = cell_fitted(data["steps_to_fit"], t, row)
-            cells.append(fmt(values, form="sd") + ("" if ok else " †") if values else "not run")
-            kept += [values] if ok else []
-        mean = fmt([sum(v) / len(v) for v in zip(*kept)], form="sd") if kept else "—"
-        out.append(f"| {row} | " + " | ".join(cells) + f" | **{mean}** |")
-    return out
-
-
-def steps_grid(data: dict) -> list[str]:
-    tasks_ = data["settings"]["tasks"]
-    out = ["| encoding | " + " | ".join(tasks_) + " | cells fitted |", "|---|" + "---:|" * (len(tasks_) + 1)]
-    for row in rows(data["settings"]):
-        per_task = [data["steps_to_fit"][t][row] for t in tasks_]
-        cells = [", ".join("—" if s is None else str(s) for s in per_seed) or "not run" for per_seed in per_task]
-        count = sum(cell_fitted(data["steps_to_fit"], t, row) for t in tasks_)
-        out.append(f"| {row} | " + " | ".join(cells) + f" | {count} of {len(tasks_)} |")
-    return out
-
-
-def not_run(data: dict) -> dict[str, list[str]]:
-    """Per task, the rows the grid did not train (planned() left them out): no accuracy on record."""
-    return {t: [row for row in rows(data["settings"]) if not data["accuracy"][t][row]]
-            for t in data["settings"]["tasks"]}
-
-
-def predicted_cpu_s(probe: dict, cells: list[tuple[str, str]], seeds: int) -> float:
-    """What the probe predicts the planned cells (task, row) cost to train: each cell's probe steps to fit, once
-    per seed, at the probe's CPU seconds per step. A seed slower than the probe's, and evaluation, add to it;
-    a cell of a task the probe did not measure adds nothing."""
-    steps = sum(probe["fits"][t][row]["steps_to_fit"] for t, row in cells if t in probe["fits"])
-    return steps * seeds * cpu_per_step(probe)
-
-
-def named(cells: dict[str, list[str]]) -> str:
-    """{task: rows} as 'reverse: nope, learned; shift: nope'."""
-    return "; ".join(f"{t}: {', '.join(r)}" for t, r in cells.items() if r)
-
-
-def choice(data: dict) -> list[str]:
-    """How the default grid was chosen: its probe's table (results/encodings-probe.json, copied into the grid's
-    results when it ran), the cells it planned, and what the cells it left out would cost to train."""
-    if "probe" not in data:
-        return ["**How this design was chosen**: no probe on record beside the results (`--probe` writes one), so "
-                "every cell was planned.", ""]
-    probe, setup, full = data["probe"], data["settings"], SCALES["full"]
-    fits = probe["fits"]
-    left = {t: r for t, r in not_run(data).items() if r}
-    unfit = {t: [row for row in r if not fitted(fits[t][row])] for t, r in left.items()}
-    unused = {t: [row for row in r if row not in unfit[t]] for t, r in left.items()}
-    hours = sum(map(len, unfit.values())) * len(full["seeds"]) * full["cap"] * cpu_per_step(probe) / 3600
-    ran = [(t, row) for t, by_row in data["accuracy"].items() for row, per_seed in by_row.items() if per_seed]
-    predicted = predicted_cpu_s(probe, ran, len(setup["seeds"])) / 60
-    every = {**setup, "tasks": list(fits), "seeds": full["seeds"]}  # every task the probe measured, 5 seeds
-    whole = [(t, label(e, p)) for t, e, p in planned(every, probe)]
-    whole_min = predicted_cpu_s(probe, whole, len(full["seeds"])) / 60
-    return ["**How this design was chosen** (before the run, from `results/encodings-probe.md`: one seed a cell, "
-            f"to {probe['settings']['cap']} steps, at L only). " + probe_cost(probe), "",
-            *probe_table(fits, rows(probe["settings"]), "encoding"), "",
-            f"The grid trains the cells whose probe model fitted within {probe['settings']['cap']} steps"
-            + (" and that a comparison of the claims table can use (its other cell fitted too)"
-               if data.get("partnered") else "")
-            + f", {len(setup['seeds'])} seeds each, to a cap of {setup['cap']} (room for a slower seed): "
-            f"{len(ran)} cells, {data['models']} models, predicted at {predicted:.0f} CPU-min of training (each "
-            f"cell's probe steps to fit x seeds, at the probe's CPU-s per step); they took "
-            f"{data['runtime']['cpu_s'] / 60:.0f} CPU-min, evaluation included."
-            + (f" By the same count, every task the probe measured at {len(full['seeds'])} seeds would be "
-               f"{len(whole)} cells, {whole_min:.0f} CPU-min." if set(fits) != set(setup["tasks"]) else "")
-            + (" Not run, because their probe model was short of the bar at "
-               f"{probe['settings']['cap']} steps: {named(unfit)}. A comparison leaves out the tasks where they "
-               f"are one of its cells, and says {UNFIT} when no task is left. "
-               f"Training them as `--full` does ({len(full['seeds'])} seeds to {full['cap']} steps) would take up "
-               f"to {hours:.0f} CPU-hours at the probe's cost per step; whether they would fit then, the probe "
-               "cannot say (its table shows how far each got)." if any(unfit.values()) else "")
-            + (f" Not run, because every cell they would be compared with did not fit: {named(unused)}."
-               if any(unused.values()) else ""), ""]
-
-
-def markdown(data: dict) -> str:
-    setup, rt = data["settings"], data["runtime"]
-    L = setup["L"]
-    out = ["# Every encoding on every task", "",
-           f"`{data['command']}`: {rt['wall_s'] / 60:.1f} min wall, {rt['cpu_s'] / 60:.1f} min CPU (all "
-           f"processes), {rt['jobs']} job(s) of {rt['threads']} thread(s), {rt['cores']} cores; {data['models']} "
-           f"models, {data['steps_trained']:,} training steps in all (training every model to the cap would take "
-           f"{data['models'] * setup['cap']:,}).", "",
-           f"Every model: {setup.get('layers', 2)} layers, 2 heads, dim 64, batches of 32 sequences at lengths "
-           f"{L // 2}..{L}, AdamW 1e-3 "
-           f"with cosine decay over a cap of {setup['cap']} steps, stopped as soon as it **fits**: accuracy >= "
-           f"{FIT_BAR} on {train.FIT_SAMPLES} held-out sequences at {L} tokens (a seed used nowhere else), checked "
-           f"every {setup['every']} steps. Evaluated on {setup['samples']} test sequences at "
-           f"{', '.join(str(m * L) for m in MULTIPLES)} tokens, the same for every model; seeds "
-           f"{', '.join(map(str, setup['seeds']))}. '+ rand' (Ruoss et al.'s protocol): in training and at "
-           f"evaluation, position ids are a sorted random draw from [0, {8 * L}); the others use contiguous ids. "
-           + (f"ALiBi takes the paper's {data['alibi_slope_heads']}-head slopes, evenly spaced over its 2 heads (1/2, "
-              "1/32; the rule for 2 heads, 1/16 and 1/256, is nearly flat over 32 tokens); T5's bias, KERPLE, FIRE "
-              "and xPos take their papers' defaults (pinned by tests/test_paper_defaults.py). "
-              if "alibi_slope_heads" in data else "")
-           + f"Beyond L = the mean of {', '.join(str(m * L) for m in MULTIPLES[1:])}" + (
-               f", each scored only on the answer tokens at index >= {L}, which no training sequence reached (shift "
-               "answers at every index; the other tasks at the end)." if data.get("scored_from_L") else
-               ", scored on every answer token (shift's below L too)."), "",
-           *(choice(data) if data["scale"] == "default" else []),
-           "**The rule, fixed before the run.** A cell (task, encoding) counts when at least "
-           f"{MIN_SEEDS} seeds ran and every one fitted; a comparison A - B is measured on the tasks where both "
-           "cells count: per seed, the mean over those tasks of A's accuracy beyond L minus B's; the seeds are "
-           f"the independent units. Reproduced: the mean is >= {THRESHOLD} and the interval lies above 0; "
-           f"reversed: the mean <= -{THRESHOLD} and the interval below 0; smaller than claimed: the interval lies "
-           f"below {THRESHOLD}; undecided: anything else, and always with fewer than 3 seeds; **{UNFIT}**: no task "
-           "where both cells count. A claim that one encoding beats several needs each comparison: reproduced "
-           "when all are, not (or partly) reproduced when one fails, undecided otherwise.",
-           "", "## The published findings", "", data["caption"], "",
-           "| claim | what the paper says | measured here (beyond L, mean [adjusted interval over seeds]) | "
-           "verdict |", "|---|---|---|---|"]
-    for claim, result in data["claims"].items():
-        out.append(f"| {claim} | {PAPER[claim]} | {result['measured']} | **{result['verdict']}** |")
-    out += ["", "## Steps to fit (per seed; — did not fit within the cap)", ""] + steps_grid(data)
-    out += ["", "## Accuracy beyond L (mean ± sd over seeds; chance in parentheses; † the cell did not count: "
-            f"a seed did not fit, or fewer than {MIN_SEEDS} seeds)", ""]
-    out += grid(data, beyond)
-    out += ["", "## Accuracy at L, in distribution (the test set, not the fit sequences)", ""]
-    out += grid(data, lambda a: a[0])
-    out += ["", "Every number, and every model's train.py command: `results/encodings.json`. Heatmaps: "
-            "`results/encodings.png`."]
-    return "\n".join(out) + "\n"
-
-
-def summary(data: dict) -> str:
-    """README.md's table: each published claim, the tasks it could be measured on, its verdict."""
-    rows = ["| claim | measured on (tasks where both cells of a comparison fitted) | verdict |", "|---|---|---|"]
-    for claim, r in data["claims"].items():
-        rows.append(f"| {claim} | {', '.join(sorted(set(r['tasks']))) or 'none'} | {short(r['verdict'])} |")
-    return "\n".join(rows) + "\n"
-
-
-def figure(data: dict):
-    tasks_, labels = data["settings"]["tasks"], rows(data["settings"])
-    cap = data["settings"]["cap"]
-
-    def matrix(at):  # NaN where the cell was not run: drawn blank
-        return [[spread([at(a) for a in data["accuracy"][t][row]])["mean"] if data["accuracy"][t][row]
-                 else float("nan") for t in tasks_] for row in labels]
-
-    def steps(row, t):  # mean steps to fit over seeds, a seed that did not fit counting as the cap
-        per_seed = data["steps_to_fit"][t][row]
-        return sum(cap if s is None else s for s in per_seed) / len(per_seed) if per_seed else float("nan")
-
-    def draw(plt):
-        fig, axes = plt.subplots(1, 3, figsize=(16, 0.42 * len(labels) + 2.2))
-        L = data["settings"]["L"]
-        panels = [(f"accuracy beyond L ({2 * L}-{8 * L} tokens)", matrix(beyond), 1, "{:.2f}"),
-                  (f"accuracy at L ({L} tokens)", matrix(lambda a: a[0]), 1, "{:.2f}"),
-                  (f"steps to fit (cap {cap})", [[steps(r, t) for t in tasks_] for r in labels], cap, "{:.0f}")]
-        for ax, (title, values, top, form) in zip(axes, panels):
-            ax.imshow(values, vmin=0, vmax=top, cmap="viridis", aspect="auto")
-            for i, (row, line) in enumerate(zip(labels, values)):
-                for j, (t, v) in enumerate(zip(tasks_, line)):
-                    mark = "" if cell_fitted(data["steps_to_fit"], t, row) else "†"
-                    text = "not run" if v != v else form.format(v) + mark  # v != v: NaN
-                    ax.text(j, i, text, ha="center", va="center", fontsize=7,
-                            color="black" if v != v or v > 0.6 * top else "white")
-            ax.set_xticks(range(len(tasks_)), [t.replace("_", "\n") for t in tasks_], fontsize=8)
-            ax.set_yticks(range(len(labels)), labels, fontsize=8)
-            ax.set_title(title, fontsize=10)
-        fig.suptitle(f"Every encoding on every task, trained at {L // 2}-{L} tokens until it fits (mean over "
-                     f"{len(data['settings']['seeds'])} seed(s); † did not count; '+ rand': randomized positions)",
-                     fontsize=10)
-        fig.tight_layout()
-        return fig
-
-    return draw
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The probe: what each cell costs to fit, measured before the grid is planned
-# ---------------------------------------------------------------------------------------------------------
-
-def probe_markdown(data: dict) -> str:
-    setup = data["settings"]
-    out = ["# The encodings grid's probe: steps to fit, one seed a cell", "", probe_cost(data), "",
-           f"Each model as in the grid (`results/encodings.md`), seed 0, trained until accuracy >= {FIT_BAR} on the "
-           f"held-out fit sequences at L = {setup['L']} (checked every {setup['every']} steps) or {setup['cap']} "
-           "steps. Nothing beyond L is measured: the probe plans which cells the grid can afford, not by how they "
-           "extrapolate. Task settings: " + ("; ".join(f"{t} " + ", ".join(f"{k}={v}" for k, v in o.items())
-                                                          for t, o in TASK_OPTIONS.items()) or "defaults")
-           + f"; ALiBi with the {ALIBI_SLOPE_HEADS}-head slopes. Steps to fit, or the last check's accuracy:", ""]
-    out += probe_table(data["fits"], rows(data["settings"]), "encoding")
-    out += ["", "Every model's train.py command: `results/encodings-probe.json`."]
-    return "\n".join(out) + "\n"
-
-
-def run_probe(args, setup: dict) -> None:
-    """--probe: one seed of every cell, each trained until it fits or the cap (common.probe)."""
+def run_probe(args, setup: dict) -> dict:
+    """--probe: one seed of every cell, each trained until it fits or the cap (common.probe); nothing beyond L is
+    measured, so the plan cannot choose cells by how they extrapolate."""
     root = os.path.join("runs", "encodings", "probe")
     cells = [(t, label(e, p), model_argv(t, e, p, setup["seeds"][0], setup, root, args.device))
              for t in setup["tasks"] for e, p in variants(setup)]
     with tqdm(total=len(cells), desc="encodings probe") as bar:
         data = probe(cells, args, setup, bar)
     data["task_options"] = TASK_OPTIONS
-    write_results(results_name("encodings", args), probe_markdown(data), data, None, args.out_dir)
+    return data
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The run
-# ---------------------------------------------------------------------------------------------------------
-
-def run(args) -> None:
-    if args.render:
-        return rerender("encodings", render, args)
-    scale = scale_name(args)
-    setup = SCALES[scale]
-    if scale == "probe":
+def run(args) -> dict:
+    """Train and measure every planned model (--probe: the probe) and return what results/encodings.json holds:
+    accuracy[task][row] and steps_to_fit[task][row], one entry per seed (none: not run), every model's command,
+    and the claims decided from them."""
+    preset = preset_name(args)
+    setup = PRESETS[preset]
+    if preset == "probe":
         return run_probe(args, setup)
-    root = os.path.join("runs", "encodings", scale)
+    root = os.path.join("runs", "encodings", preset)
     since = (time.perf_counter(), cpu_seconds())
-    on_record = probe_on_record("encodings", args.out_dir, SCALES["probe"]) if scale == "default" else None
+    on_record = probe_on_record("encodings", args.out_dir, PRESETS["probe"]) if preset == "default" else None
     jobs = [(t, e, p, seed, setup, root, args.device) for t, e, p in planned(setup, on_record)
             for seed in setup["seeds"]]
     if on_record:  # said before the run spends it
@@ -474,14 +280,12 @@ def run(args) -> None:
                    f"{predicted_cpu_s(on_record, cells, len(setup['seeds'])) / 60:.0f} CPU-min of training")
     with tqdm(total=len(jobs), desc="encodings") as bar:
         results = map_jobs(train_and_measure, jobs, args.jobs, args.threads or 1, bar)
-    # accuracy[task][variant label]: one list of accuracies at MULTIPLES x L per seed (none: not run);
-    # steps_to_fit likewise
-    accuracy = {t: {label(e, p): [] for e, p in variants(setup)} for t in setup["tasks"]}
-    steps = {t: {label(e, p): [] for e, p in variants(setup)} for t in setup["tasks"]}
-    for (t, e, p, _, _, _, _), result in zip(jobs, results):
+    accuracy = {t: {row: [] for row in rows(setup)} for t in setup["tasks"]}
+    steps = {t: {row: [] for row in rows(setup)} for t in setup["tasks"]}
+    for (t, e, p, *_), result in zip(jobs, results):
         accuracy[t][label(e, p)].append(result["accuracy"])
         steps[t][label(e, p)].append(result["steps_to_fit"])
-    data = {"command": command_line(args), "runtime": runtime(since, args), "scale": scale, "settings": setup,
+    data = {"command": command_line(args), "runtime": runtime(since, args), "scale": preset, "settings": setup,
             "fit_bar": FIT_BAR, "models": len(jobs), "steps_trained": sum(r["steps"] for r in results),
             "lengths": [m * setup["L"] for m in MULTIPLES], "threshold": THRESHOLD,
             "chance": {t: chance(t) for t in setup["tasks"]}, "scored_from_L": True,
@@ -490,11 +294,4 @@ def run(args) -> None:
     if on_record:
         data["probe"], data["partnered"] = on_record, True  # planned(): fitted cells a comparison can use
     data["claims"], data["caption"] = claims(accuracy, steps, setup["tasks"])
-    write_results("encodings", markdown(data), data, figure(data), args.out_dir)
-
-
-def render(data: dict):
-    """The results decided again from their numbers under the current rule (eval.py --render)."""
-    data = dict(data)
-    data["claims"], data["caption"] = claims(data["accuracy"], data["steps_to_fit"], data["settings"]["tasks"])
-    return data, markdown(data), figure(data)
+    return data

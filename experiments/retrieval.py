@@ -4,8 +4,10 @@ extrapolates on fixed-offset retrieval and learned absolute positions do not.
     python eval.py --experiment retrieval      # results/retrieval.{md,json,png}
 
 Read top to bottom: the analysis, as small functions tested on cases with known answers
-(tests/test_retrieval.py); the models, trained through train.run exactly as `python train.py ...` would; the
-claims of the abstract, each with its threshold; the figure and the markdown; run(args).
+(tests/test_retrieval.py); the setup (PRESETS) and the models, trained through train.run exactly as
+`python train.py ...` would, with what is measured on each; the claims of the abstract, each with its threshold;
+run(args), which returns the data that results/retrieval.json records.
+The markdown, the figure and the README/docs table are written by experiments/retrieval_report.py.
 """
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ import torch
 
 import lengen
 import tasks
-from eval import command_line, evaluate, load_run, plot_curves, scale_name
-from experiments.common import (ALIBI_SLOPE_HEADS, FIT_BAR, UNFIT, fmt, line_styles, map_jobs, rerender, seed_curve,
-                                spread, train_once, verdict, write_results)
+from eval import evaluate, load_run
+from experiments.common import ALIBI_SLOPE_HEADS, command_line, fmt, map_jobs, preset_name, spread, train_once
+from experiments.stats import FIT_BAR, verdict
 
 # ---------------------------------------------------------------------------------------------------------
 # The analysis
@@ -168,10 +170,7 @@ RETRIEVAL_TRAIN_MAX = 24
 # steps (seeds 0, 1) and 0.92, 0.92, 0.90 after 12,000 (seeds 0-2); at offset 5 (seed 2) it stays at 0.74-0.76
 # with lr 1e-3 (8000 steps), 3e-3 (16,000) and 1e-2 (8000). So the control runs at the first offset alone, as
 # NoPE's and ALiBi's do, for `linear_steps`: at this size it reaches the fit bar at best by a hair.
-LINEAR_PROBES = ("by hand, before the run (commands in experiments/retrieval.py), the same head reached 0.90-0.92 "
-                 "on held-out fit sequences at offset 3 after 12,000 steps, and stayed at 0.74-0.76 at offset 5 "
-                 "for every rate tried (1e-3, 3e-3, 1e-2; up to 16,000 steps)")
-SCALES = {
+PRESETS = {
     "quick": {"offsets": (3,), "seeds": (0,), "steps": 600, "linear_steps": 600, "controls": (), "shift_steps": 300,
               "sweep": 1, "samples": 128},  # sweep: how many of retrieval_sweep's recipes (None: all)
     "default": {"offsets": (3, 5), "seeds": (0, 1, 2), "steps": 1000, "linear_steps": 12000,
@@ -347,10 +346,10 @@ ANALYSES = {  # what the experiment measures on a trained model, by name
 
 
 def fit_worker(job: dict) -> dict:
-    """Train one model (runs/retrieval/SCALE/NAME) and run the analyses job["analyses"] on it, in that order;
+    """Train one model (runs/retrieval/PRESET/NAME) and run the analyses job["analyses"] on it, in that order;
     returns {analysis: result}. Module-level, so that a --jobs worker process can run it: every model is
     seeded by its own command line, so where it runs changes nothing."""
-    out = os.path.join("runs", "retrieval", job["scale"], job["name"])
+    out = os.path.join("runs", "retrieval", job["preset"], job["name"])
     print(f"[{time.time() - job['start']:5.0f} s] training {out}", file=sys.stderr, flush=True)
     train_once(job["argv"] + ["--out", out, "--force", "--quiet", "--threads", str(job["threads"]), "--device",
                              job["device"], "--eval-samples", "64"])
@@ -425,7 +424,7 @@ def pick(runs: list[dict], encoding: str, attention: str = "softmax") -> list[di
 
 
 # A claim about what a trained head does beyond its training length rests on heads that learned the task:
-# mean accuracy at the longest training length >= common.FIT_BAR, or the claim is undecided (models did not fit).
+# mean accuracy at the longest training length >= stats.FIT_BAR, or the claim is undecided (models did not fit).
 
 
 def fitted(runs: list[dict], length: int) -> bool:
@@ -589,196 +588,28 @@ def claims(data: dict) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The figure (each kind of model in one colour in every panel; fits and laws in black) and the markdown
-# ---------------------------------------------------------------------------------------------------------
-
-STYLES = line_styles(["rope", "learned", "rope (linear)", "nope", "alibi"])
-
-
-def kind(run: dict) -> str:
-    """A head's label in the figure: its encoding, with '(linear)' for the linear-attention control."""
-    return f"{run['encoding']} (linear)" if run["attention"] == "linear" else run["encoding"]
-
-
-def accuracy_panel(ax, runs: list[dict], lengths: list[int], k: int, hi: int) -> None:
-    """Claim 1: each kind's accuracy by length, mean over seeds, band from the worst to the best seed."""
-    kinds = dict.fromkeys(kind(r) for r in runs)
-    curves = {label: seed_curve("length", lengths, [[r["accuracy"][n] for n in lengths] for r in runs
-                                                    if kind(r) == label]) for label in kinds}
-    plot_curves(ax, curves, "length", (k + 2, hi), styles=STYLES)
-    ax.set_title(f"1. accuracy vs length, k = {k} (band: min-max over seeds)")
-
-
-def kernel_panel(ax, measured: tuple[list, str], model: tuple[list, str], style: dict, hi: int, ylabel: str,
-                 title: str) -> None:
-    """A kernel over offsets (in its head's style) against its model (black, dashed), the trained offsets
-    shaded."""
-    ax.plot(measured[0], lw=1, label=measured[1], color=style["color"])
-    ax.plot(model[0], lw=1, ls="--", color="black", label=model[1])
-    ax.axvspan(0, hi - 1, color="grey", alpha=0.15, lw=0, label="trained offsets")
-    ax.set(xlabel="offset delta", ylabel=ylabel, title=title)
-    ax.legend(fontsize=7)
-
-
-def dilution_panel(ax, rope: dict, lengths: list[int], k: int, hi: int) -> None:
-    """Claim 5: measured target mass and accuracy (RoPE's colour) against the three laws (black)."""
-    ns, color = sorted(rope["target_mass"]), STYLES["rope"]["color"]
-    ax.plot(ns, [rope["target_mass"][n] for n in ns], "o", ms=4, color=color, label="target mass, measured")
-    ax.plot(lengths, [rope["accuracy"][n] for n in lengths], "s", ms=4, color=color, mfc="none",
-            label="accuracy, measured")
-    for key, xs, ls, label in (("law1", ns, "--", "Law 1 (m fit <= 24)"), ("law3", ns, ":", "Law 3 (kernel)"),
-                               ("law2", lengths, "-.", "Law 2 (accuracy)")):
-        ax.plot(xs, [rope[key][n] for n in xs], ls, color="black", lw=1, label=label)
-    ax.axvspan(k + 2, hi, color="grey", alpha=0.15, lw=0)
-    ax.set_xscale("log", base=2)
-    ax.set(ylim=(-0.02, 1.02), xlabel="length", title="5. dilution: measured vs predicted (RoPE, seed 0)")
-    ax.legend(fontsize=7)
-
-
-def pinning_panel(ax, ape: dict, hi: int) -> None:
-    """Claim 3: where the APE head's query attends at 2x (filled) and 10x (open) the training length."""
-    color = STYLES["learned"]["color"]
-    for n, fill in ((2 * hi, True), (10 * hi, False)):
-        counts = ape["pinning"][n]["counts"]
-        ax.bar(range(len(counts)), [c / sum(counts) for c in counts], width=1.0, fill=fill, alpha=0.6 if fill else 1,
-               color=color, edgecolor=color, label=f"n = {n}")
-    ax.axvspan(0, hi - 1, color="grey", alpha=0.15, lw=0, label="trained positions")
-    ax.set(xlim=(-1, 2 * hi + 8), xlabel="argmax key position of the query", ylabel="fraction of sequences",
-           title="3. APE pinning: where the query attends")
-    ax.legend(fontsize=7)
-
-
-def sweep_panel(ax, sweep: dict, k: int) -> None:
-    """Claim 8: every recipe's accuracy at 2x (filled) and 10x (open), one point per seed."""
-    color = STYLES["rope"]["color"]
-    names = list(sweep)
-    for i, name in enumerate(names):
-        for j, r in enumerate(sweep[name]):
-            ax.plot(i - 0.1, r["accuracy_2x"], "o", color=color, ms=4, label="2x" if i + j == 0 else None)
-            ax.plot(i + 0.1, r["accuracy_10x"], "s", color=color, mfc="none", ms=4, label="10x" if i + j == 0 else None)
-    ax.axhline(0.95, color="grey", lw=0.8, ls="--")
-    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
-    ax.set(ylim=(-0.02, 1.02), ylabel="accuracy (one point per seed)",
-           title=f"8. RoPE recipes, k = {k}: accuracy at 2x and 10x")
-    ax.legend(fontsize=7)
-
-
-def figure(data: dict):
-    """Six panels: accuracy by encoding, the carrier, dilution, APE pinning, the linear control, the sweep."""
-    hi, k = data["train_max"], data["offsets"][0]
-    runs = [r for r in data["runs"] if r["offset"] == k]
-    first = {kind(r): r for r in reversed(runs)}  # the lowest seed of each kind
-    lengths = list(runs[0]["accuracy"])
-    rope, linear = first["rope"], first["rope (linear)"]
-
-    def draw(plt):
-        fig, axes = plt.subplots(2, 3, figsize=(16, 9))
-        accuracy_panel(axes[0, 0], runs, lengths, k, hi)
-        kernel_panel(axes[0, 1], (rope["kernel"], "measured s(delta)"),
-                     (rope["carrier_fit"], f"carrier fit (R^2 {rope['carrier_r2']:.3f})"), STYLES["rope"], hi,
-                     "content-averaged logit",
-                     f"4. RoPE kernel, PR {rope['participation_ratio']:.1f}, alignment {rope['alignment']:.2f}")
-        axes[0, 1].axvline(k, color="black", ls=":", lw=0.8, label=f"k = {k}")
-        axes[0, 1].legend(fontsize=7)
-        dilution_panel(axes[0, 2], rope, lengths, k, hi)
-        pinning_panel(axes[1, 0], first["learned"], hi)
-        kernel_panel(axes[1, 1], (linear["learned_kernel"], "learned (linear attention)"),
-                     (linear["min_norm_kernel"], "min-norm interpolant"), STYLES["rope (linear)"], hi,
-                     "kernel (0 = distractors, 1 = target)",
-                     f"6. linear control: corr beyond training {linear['correlation_beyond']:.2f} (pinv cut 1e-3)")
-        sweep_panel(axes[1, 2], data["sweep"], k)
-        fig.tight_layout()
-        return fig
-
-    return draw
-
-
-def markdown(data: dict) -> str:
-    lines = ["# Paper A: why RoPE extrapolates and learned absolute positions do not", "",
-             "Paper A: \"Relative Positions Generalize, Absolute Positions Memorize\" (arXiv 2607.18759); claim 8 "
-             "is lengen's own question: which training recipe makes the head extrapolate cleanly. Every number "
-             "below was printed by the command.", "",
-             f"Command: `{data['command']}` ({data['scale']} scale), runtime {data['runtime_s']:.0f} s with "
-             f"{data['threads']} torch thread(s).", "",
-             f"Setup: retrieval over {data['symbols']} symbols (chance {1 / data['symbols']:.3f}), offsets k = "
-             f"{', '.join(map(str, data['offsets']))}, trained on lengths k+2..{data['train_max']} for "
-             f"{data['steps']} steps"
-             + (f" (the linear-attention control, which learns slower: {data['linear_steps']}, at k = "
-                f"{data['offsets'][0]} alone)"
-                if data.get("linear_steps", data["steps"]) != data["steps"] else "")
-             + f", seeds {', '.join(map(str, data['seeds']))}; one attention-only layer, one "
-             f"head of dim {2 * data['rope_planes']}, AdamW lr 1e-3, no weight decay. Spreads are mean [min, max] "
-             "over every seed and offset."
-             + (f" ALiBi's head takes the steepest of the paper's {data['alibi_slope_heads']}-head slopes, 1/2 (its "
-                "rule for one head gives 1/256, nearly NoPE over 24 tokens)." if "alibi_slope_heads" in data else ""),
-             "",
-             f"A claim about heads beyond their training length is only decided on heads that learned the task "
-             f"(mean accuracy >= {FIT_BAR} where they trained); otherwise its verdict is *{UNFIT}*.", "",
-             "| claim | paper's prediction | measured | threshold | verdict |", "|---|---|---|---|---|"]
-    lines += [f"| {c['claim']} | {c['prediction']} | {c['measured']} | {c['threshold']} | **{c['verdict']}** |"
-              for c in data["claims"]]
-    linear = next(c for c in data["claims"] if c["claim"].startswith("6."))
-    if linear["verdict"] == UNFIT and "linear_steps" in data:
-        lines += ["", f"Claim 6 is open because its linear-attention control did not reach the bar where it "
-                  f"trained in {data['linear_steps']:,} steps; {LINEAR_PROBES}. What deciding it would take: more "
-                  f"steps (`--full` trains {SCALES['full']['linear_steps']:,}, not run here) or a wider head; "
-                  "at offset 5 no rate tried got near."]
-    lines += ["", "## Claim 8: the recipes, offset k = " + str(data["offsets"][0]), "",
-              "| recipe | accuracy at 2x | accuracy at 10x | highest side lobe beyond training, minus s(k) | "
-              "participation ratio |", "|---|---:|---:|---:|---:|"]
-    for name, s in data["sweep_summary"].items():
-        lines.append(f"| {name} | {fmt(s['accuracy_2x'])} | {fmt(s['accuracy_10x'])} | {fmt(s['side_lobe'])} | "
-                     f"{fmt(s['participation_ratio'], '.1f')} |")
-    lines += ["", "A side lobe above 0 means some offset never trained gets a higher logit than the target.",
-              "Figure: `results/retrieval.png`; every number: `results/retrieval.json`.", ""]
-    return "\n".join(lines)
-
-
-def summary(data: dict) -> str:
-    """README.md's table: each claim (its name: what comes before a colon, else at most 78 characters) and
-    its verdict."""
-    def name(claim: str) -> str:
-        claim = claim.split(":")[0]
-        return claim if len(claim) <= 78 else claim[:claim.rfind(" ", 0, 77)] + " …"
-    rows = ["| claim (Paper A; 8: lengen's own) | verdict |", "|---|---|"]
-    rows += [f"| {name(c['claim'])} | {c['verdict']} |" for c in data["claims"]]
-    return "\n".join(rows) + "\n"
-
-
-def render(data: dict):
-    """The results decided again from their numbers under the current rule (eval.py --render). JSON wrote the
-    linear heads' cut-offs (floats) as text; they are numbers again here."""
-    for run in data["runs"]:
-        if "correlation_by_rcond" in run:
-            run["correlation_by_rcond"] = {float(k): v for k, v in run["correlation_by_rcond"].items()}
-    data = {**data, "claims": claims(data)}
-    return data, markdown(data), figure(data)
-
-
-# ---------------------------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------------------------
 
 
-def run(args) -> None:
-    """Paper A, claims 1-7 of its abstract plus lengen's regularization sweep (claim 8)."""
-    if args.render:
-        return rerender("retrieval", render, args)
-    scale = scale_name(args)
-    setup, hi = SCALES[scale], RETRIEVAL_TRAIN_MAX
+def run(args) -> dict:
+    """Paper A, claims 1-7 of its abstract plus lengen's regularization sweep (claim 8): every model trained and
+    measured, and the claims decided; the data that results/retrieval.json records."""
+    preset = preset_name(args)
+    setup, hi = PRESETS[preset], RETRIEVAL_TRAIN_MAX
     threads = args.threads or 1
     start = time.perf_counter()
-    common = {"scale": scale, "threads": threads, "device": args.device, "samples": setup["samples"],
+    common = {"preset": preset, "threads": threads, "device": args.device, "samples": setup["samples"],
               "lengths": [hi, 2 * hi, 4 * hi, 6 * hi, 8 * hi, 10 * hi], "start": time.time()}
     models = planned_models(setup)
     results = map_jobs(fit_worker, [{**common, "name": name, "argv": argv, "analyses": analyses}
                                     for _, _, name, argv, analyses in models], args.jobs, threads)
     data = {"command": command_line(args),
-            "scale": scale, "threads": threads, "symbols": SYMBOLS, "offsets": setup["offsets"],
+            "scale": preset, "threads": threads, "symbols": SYMBOLS, "offsets": setup["offsets"],
             "seeds": setup["seeds"], "steps": setup["steps"], "linear_steps": setup["linear_steps"], "train_max": hi,
             "controls": setup["controls"], "alibi_slope_heads": ALIBI_SLOPE_HEADS,
             "rope_planes": HEAD_DIM // 2, **collect(models, results)}
     data["sweep_summary"] = sweep_summary(data["sweep"])
     data["claims"] = claims(data)
     data["runtime_s"] = time.perf_counter() - start
-    write_results("retrieval", markdown(data), data, figure(data), args.out_dir)
+    return data

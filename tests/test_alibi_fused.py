@@ -120,12 +120,13 @@ def test_sparse_ids_and_16_bits_keep_the_bias_blocks_and_say_why():
     alibi = L.ALiBi(8)
     sparse = L.randomized_positions(1, 1000, 2 ** 20, generator=torch.Generator().manual_seed(5))
     assert L.alibi_blocks(sparse, 0.5) is None
-    path, why = L.attention_path(alibi, 1000, "cpu", False, 16, sparse)
-    assert path == "blocks" and "ids too sparse" in why and "FLEX_FROM" in why
-    assert L.attention_path(alibi, 1000, "cpu", False, 16)[0] == "fused"
+    path, why, fused = L.attention_path(alibi, 1000, "cpu", False, 16, sparse)
+    assert path == "blocks" and "ids too sparse" in why and "FLEX_FROM" in why and fused is None
+    path, _, (slopes, blocks) = L.attention_path(alibi, 1000, "cpu", False, 16)  # what the forward hands on
+    assert path == "fused" and slopes is alibi.slopes and blocks == L.alibi_blocks(torch.arange(1000), 0.5)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        path, why = L.attention_path(alibi, 1000, "cpu", False, 16)
-    assert path == "blocks" and "16 bits" in why
+        path, why, fused = L.attention_path(alibi, 1000, "cpu", False, 16)
+    assert path == "blocks" and "16 bits" in why and fused is None
     model = L.GPT(L.GPTConfig(vocab_size=16, layers=1, heads=8, dim=64, encoding="alibi")).eval()
     idx = torch.randint(16, (1, 1000))
     with torch.no_grad():

@@ -319,10 +319,14 @@ def test_an_experiment_never_replaces_results_of_another_command(tmp_path, monke
     """Bug caught: `--quick` (or another scale, or other options) overwriting the committed results of the
     default run without a word. --quick writes to results/quick/ by default; results written by another command
     are replaced only with --force; the same command may write again."""
-    import eval as lengen_eval
+    from experiments import common
     reached = []
-    monkeypatch.setattr(lengen_eval, "importlib", type("stub", (), {"import_module": staticmethod(
-        lambda name: type("experiment", (), {"run": staticmethod(lambda args: reached.append(args.out_dir))}))}))
+
+    class Stub:  # the study and its report at once: the runner's checks run, nothing is trained
+        run = staticmethod(lambda args: reached.append(args.out_dir) or {"command": common.command_line(args)})
+        markdown = staticmethod(lambda data: "")
+        figure = staticmethod(lambda data: None)
+    monkeypatch.setattr(common, "importlib", type("stub", (), {"import_module": staticmethod(lambda name: Stub)}))
     monkeypatch.chdir(tmp_path)
     os.makedirs("results")
     committed = json.dumps({"command": "python eval.py --experiment ryarn --threads 1"}).encode()

@@ -1,12 +1,17 @@
-"""The benchmark's building blocks, and a quick run of it (never asserting wall time)."""
+"""The benchmark's building blocks, a quick run of it (never asserting wall time), and its refusal of --render."""
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import eval as lengen_eval
 import lengen
-from experiments import bench
+from experiments import bench, bench_report
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_plain_reference_is_the_same_model():
@@ -26,6 +31,18 @@ def test_rope_cos_sin_reused_while_positions_repeat():
     assert rope.rotary(torch.arange(1, 11)) is not first
 
 
+def test_render_is_refused_in_one_line_and_writes_nothing(tmp_path):
+    """The benchmark makes no claims, so there is nothing to decide again: bench_report.py has no decide_again.
+    Bugs caught: --render re-running the whole benchmark, or rewriting results/bench.md with a note that verdicts
+    were decided, or leaving an empty results/ or runs/bench/ behind; a traceback instead of one line."""
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), "--bench", "--render"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "eval.py: error: --render: bench makes no claims to decide again; run it instead"]
+    assert result.stdout == "" and sorted(os.listdir(tmp_path)) == []
+
+
 @pytest.mark.slow  # ~15-20 s: the fast suite keeps under 3 minutes
 def test_bench_quick_reports_consistent_ratios_and_targets(tmp_path, capfd):
     """Bug caught: a benchmark whose report contradicts its own measurements: a ratio inverted (cost vs NoPE
@@ -38,6 +55,7 @@ def test_bench_quick_reports_consistent_ratios_and_targets(tmp_path, capfd):
     for section in ("Training steps", "Evaluation at long length", "Targets"):
         assert section in md
     data = json.loads((tmp_path / "bench.json").read_text())
+    assert bench_report.markdown(data) == md  # the page is its recorded data's: nothing read from elsewhere
     variants = {r["variant"] for rows in data["training"].values() for r in rows}
     assert variants == {label for label, _ in bench.BENCH_VARIANTS}
     assert {r["encoding"] for r in data["memory"]} == set(lengen.ENCODINGS)

@@ -9,8 +9,9 @@ import pytest
 
 import eval as lengen_eval
 import train
-from experiments import common
+from experiments import common, stats
 from experiments import distance as exp
+from experiments import distance_report as report
 
 
 @pytest.mark.slow  # ~15-20 s: the fast suite keeps under 3 minutes
@@ -58,7 +59,7 @@ def test_distance_quick_reports_what_its_models_measure(tmp_path, monkeypatch):
     assert regions["S range"] == pytest.approx(sum(delta[s_lo:s_hi + 1]) / (s_hi - s_lo + 1))
     # each question's verdict follows from its comparisons, and (A)'s are the per-seed differences at unseen delays
     for name, result in data["verdicts"].items():
-        assert result["verdict"] == common.all_of([c["verdict"] for c in result["checks"]]), name
+        assert result["verdict"] == stats.all_of([c["verdict"] for c in result["checks"]]), name
     runs = data["A"]["delay_copy"]
     unseen = {e: [sum(a for d, a in zip(r["delays"], seed) if not lo <= d <= hi) / (top + 1 - (hi - lo + 1))
                   for seed in r["per_seed"]] for e, r in runs.items()}
@@ -86,7 +87,7 @@ def synthetic_ordering(in_means: dict, unseen: dict, band=(3, 5), top=8) -> dict
     seed fitted (at step 100) where in_mean reaches the bar."""
     delays = list(range(top + 1))
     return {e: {"delays": delays, "in_mean": in_means[e],
-                "steps_to_fit": [100 if i >= common.FIT_BAR else None for i in in_means[e]],
+                "steps_to_fit": [100 if i >= stats.FIT_BAR else None for i in in_means[e]],
                 "per_seed": [[i if band[0] <= d <= band[1] else u for d in delays]
                              for i, u in zip(in_means[e], unseen[e])]} for e in in_means}
 
@@ -101,8 +102,8 @@ def test_a_question_is_decided_over_the_seeds_where_its_models_fitted():
 
     def decided(in_means):
         checks = exp.ordering(synthetic_ordering(in_means, unseen), (3, 5))
-        result = common.decide({c["what"]: c["per_unit"] for c in checks}, common.THRESHOLD,
-                               {c["what"]: c["fitted"] for c in checks})
+        result = stats.decide({c["what"]: c["per_unit"] for c in checks}, stats.THRESHOLD,
+                              {c["what"]: c["fitted"] for c in checks})
         return checks, [r["verdict"] for r in result.values()]
 
     checks, verdicts = decided({"nope": fit, "alibi": fit, "rope": fit})
@@ -111,7 +112,7 @@ def test_a_question_is_decided_over_the_seeds_where_its_models_fitted():
     assert checks[0]["per_unit"] == pytest.approx([0.21, 0.19]) and verdicts[0].startswith("undecided (2 unit")
     assert verdicts[1] == "reproduced"
     _, verdicts = decided({"nope": [0.5, 0.5, 0.96], "alibi": fit, "rope": fit})
-    assert verdicts[0] == common.UNFIT and common.all_of(verdicts) == "undecided"
+    assert verdicts[0] == stats.UNFIT and stats.all_of(verdicts) == "undecided"
 
 
 def test_probe_records_each_models_fit_of_its_band(tmp_path, monkeypatch):
@@ -119,8 +120,8 @@ def test_probe_records_each_models_fit_of_its_band(tmp_path, monkeypatch):
     model's folder, a probe model without the fit check or without ALiBi's 8-head slopes, and a probe that
     writes over results/distance.json."""
     monkeypatch.chdir(tmp_path)
-    probe = {**exp.SCALES["quick"], "steps": 20, "every": 10, "sizes": ((1, 16), (2, 32)), "samples": 0}
-    monkeypatch.setitem(exp.SCALES, "probe", probe)
+    probe = {**exp.PRESETS["quick"], "steps": 20, "every": 10, "sizes": ((1, 16), (2, 32)), "samples": 0}
+    monkeypatch.setitem(exp.PRESETS, "probe", probe)
     assert lengen_eval.main(["--experiment", "distance", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
     data = json.loads((tmp_path / "out" / "distance-probe.json").read_text())
     rows = [f"{e}, {size}" for e in exp.DISTANCE_ENCODINGS for size in ("1x16", "2x32")]
@@ -144,9 +145,9 @@ def test_the_default_shows_the_probe_that_planned_it(tmp_path, monkeypatch):
     """results/distance.md says how its design was chosen: the probe on record beside it, its table and the plan.
     Bugs caught: the probe read from another folder than the results', or its table not rendered."""
     monkeypatch.chdir(tmp_path)
-    small = {**exp.SCALES["quick"], "steps": 20, "every": 10}
-    monkeypatch.setitem(exp.SCALES, "probe", {**small, "samples": 0})
-    monkeypatch.setitem(exp.SCALES, "default", small)
+    small = {**exp.PRESETS["quick"], "steps": 20, "every": 10}
+    monkeypatch.setitem(exp.PRESETS, "probe", {**small, "samples": 0})
+    monkeypatch.setitem(exp.PRESETS, "default", small)
     assert lengen_eval.main(["--experiment", "distance", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
     assert lengen_eval.main(["--experiment", "distance", "--threads", "1", "--out-dir", "out"]) == 0
     probe = json.loads((tmp_path / "out" / "distance-probe.json").read_text())
@@ -165,10 +166,10 @@ def test_full_cost_scales_the_probes_measured_step_by_flops():
     """The results say what --full would cost here: its models, and the probe's measured CPU time per step times
     the FLOP ratio of a step at --full's sizes to one at the default's (8 x 512, window 256, batch 64 against
     4 x 64, window 32, batch 32: 2 x 8 x 2 x 64 = 2048). Bugs caught: the ratio inverted or from the wrong
-    setup, the cost not the probe's own, the models counted from another scale."""
+    setup, the cost not the probe's own, the models counted from another preset."""
     probe = {"runtime": {"cpu_s": 100.0}, "steps_trained": 10_000}  # 0.01 CPU-s a step
-    text = exp.full_cost(probe, exp.SCALES["default"])
-    assert f"{len(list(exp.planned_models(exp.SCALES['full'])))} models" in text and "210 models" in text
+    text = report.full_cost(probe, exp.PRESETS["default"])
+    assert f"{len(list(exp.planned_models(exp.PRESETS['full'])))} models" in text and "210 models" in text
     assert "2,048x" in text and "about 228 CPU-hours a model" in text  # 0.01 x 2048 x 40,000 / 3600
-    slower = exp.full_cost({**probe, "runtime": {"cpu_s": 200.0}}, exp.SCALES["default"])
+    slower = report.full_cost({**probe, "runtime": {"cpu_s": 200.0}}, exp.PRESETS["default"])
     assert "about 455 CPU-hours a model" in slower

@@ -1,4 +1,5 @@
-"""The encodings experiment: its quick run, the verdicts it derives, and the NoPE shortcut it takes."""
+"""The encodings experiment (its study, experiments/encodings.py, and its report, experiments/encodings_report.py):
+its quick run, the verdicts it derives, and the NoPE shortcut it takes."""
 import importlib.util
 import json
 
@@ -8,10 +9,11 @@ import torch
 import eval
 import runs
 import train
-from experiments import common
+from experiments import common, stats
 from experiments import encodings as exp
+from experiments import encodings_report as report
 
-QUICK = exp.SCALES["quick"]
+QUICK = exp.PRESETS["quick"]
 
 
 def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
@@ -43,6 +45,7 @@ def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
     assert "python eval.py --experiment encodings --quick --threads 1" in markdown
     assert all(claim in markdown for claim in exp.PAPER)
     assert data["alibi_slope_heads"] == 8 and "ALiBi takes the paper's 8-head slopes" in markdown
+    assert report.markdown(data) == markdown  # the report reads everything from the data (nothing from args)
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "results" / "quick" / "encodings.png").stat().st_size > 0
 
@@ -95,10 +98,10 @@ def test_the_fit_gate_decides_what_a_claim_can_say():
         return 0.5 - (0.01 + 0.001 * seed if v.endswith("+ rand") else 0.0)
 
     unfit = exp.claims(*synthetic(worse, fits=lambda row, task: not row.endswith("+ rand")))[0]
-    assert unfit["randomized positions help"]["verdict"] == common.UNFIT
+    assert unfit["randomized positions help"]["verdict"] == stats.UNFIT
     assert unfit["randomized positions help"]["measured"].startswith("over every fitted (encoding, task) pair: "
                                                                     "not fitted")
-    assert unfit["NoPE generalizes best"]["verdict"] != common.UNFIT  # contiguous cells fitted: still measured
+    assert unfit["NoPE generalizes best"]["verdict"] != stats.UNFIT  # contiguous cells fitted: still measured
     fitted = exp.claims(*synthetic(worse))[0]
     assert fitted["randomized positions help"]["verdict"].startswith("smaller than claimed")
     one_task = exp.claims(*synthetic(worse, fits=lambda row, task: task == "copy" or "+ rand" not in row))[0]
@@ -151,7 +154,7 @@ def test_probe_records_each_cells_fit_and_measures_nothing_beyond_L(tmp_path, mo
     measured beyond L (a probe that saw how cells extrapolate would let the plan choose by the results)."""
     monkeypatch.chdir(tmp_path)
     probe = dict(L=16, layers=2, cap=20, every=10, seeds=(0,), tasks=("latest_recall",))
-    monkeypatch.setitem(exp.SCALES, "probe", probe)
+    monkeypatch.setitem(exp.PRESETS, "probe", probe)
     monkeypatch.setattr(exp, "evaluate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured")))
     assert eval.main(["--experiment", "encodings", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
     data = json.loads((tmp_path / "out" / "encodings-probe.json").read_text())
@@ -167,6 +170,7 @@ def test_probe_records_each_cells_fit_and_measures_nothing_beyond_L(tmp_path, mo
     markdown = (tmp_path / "out" / "encodings-probe.md").read_text()
     assert "python eval.py --experiment encodings --probe --threads 1 --out-dir out" in markdown
     assert all(f"| {label} | " in markdown for label in labels)
+    assert report.markdown(data) == markdown and report.figure(data) is None  # a probe's data, told by its "fits"
     assert not (tmp_path / "out" / "encodings.json").exists()  # a probe never replaces the grid's results
 
 
@@ -176,9 +180,9 @@ def test_the_default_grid_shows_the_probe_that_planned_it(tmp_path, monkeypatch,
     record failing instead of saying it was designed before the probe, or a grid planned from a probe measured
     with other settings than --probe's now (a deeper model, say) instead of one line and exit status 2."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setitem(exp.SCALES, "probe",
+    monkeypatch.setitem(exp.PRESETS, "probe",
                         dict(L=16, layers=2, cap=20, every=10, seeds=(0,), tasks=("latest_recall",)))
-    monkeypatch.setitem(exp.SCALES, "default", {**QUICK, "tasks": ("latest_recall",), "L": 16})
+    monkeypatch.setitem(exp.PRESETS, "default", {**QUICK, "tasks": ("latest_recall",), "L": 16})
     assert eval.main(["--experiment", "encodings", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
     assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "out"]) == 0
     probe = json.loads((tmp_path / "out" / "encodings-probe.json").read_text())
@@ -191,7 +195,7 @@ def test_the_default_grid_shows_the_probe_that_planned_it(tmp_path, monkeypatch,
     assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "other"]) == 0
     assert "**How this design was chosen**: no probe on record" in (tmp_path / "other" / "encodings.md").read_text()
     before = (tmp_path / "out" / "encodings.json").read_bytes()
-    monkeypatch.setitem(exp.SCALES, "probe", {**exp.SCALES["probe"], "layers": 4})
+    monkeypatch.setitem(exp.PRESETS, "probe", {**exp.PRESETS["probe"], "layers": 4})
     capsys.readouterr()
     assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "out", "--force"]) == 2
     error = capsys.readouterr().err.strip()
@@ -221,13 +225,13 @@ def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypat
     one."""
     monkeypatch.chdir(tmp_path)
     setup = {**QUICK, "tasks": ("reverse",), "seeds": (0, 1)}
-    monkeypatch.setitem(exp.SCALES, "default", setup)
-    monkeypatch.setitem(exp.SCALES, "probe", {**setup, "cap": 20})  # the probe on record is --probe's now
+    monkeypatch.setitem(exp.PRESETS, "default", setup)
+    monkeypatch.setitem(exp.PRESETS, "probe", {**setup, "cap": 20})  # the probe on record is --probe's now
     fitted = {"rope", "rope + rand", "learned + rand"}  # learned + rand's one comparison is with learned: unfit
     fit = {row: {"steps_to_fit": 10 if row in fitted else None,
                  "last": [10, 0.95] if row in fitted else [20, 0.4]} for row in exp.rows(setup)}
     fits = {"reverse": fit, "shift": fit}  # shift: probed, not planned
-    probe = {"command": "python eval.py --experiment encodings --probe", "settings": exp.SCALES["probe"],
+    probe = {"command": "python eval.py --experiment encodings --probe", "settings": exp.PRESETS["probe"],
              "runtime": {"wall_s": 6.0, "cpu_s": 6.0, "jobs": 1, "threads": 1}, "fits": fits, "models": len(fits),
              "steps_trained": 300, "commands": []}
     (tmp_path / "out").mkdir()
@@ -247,4 +251,4 @@ def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypat
     assert "2 cells, 4 models, predicted at" in markdown
     assert "every task the probe measured at 5 seeds would be 4 cells, 0 CPU-min." in markdown
     assert exp.predicted_cpu_s(probe, [("reverse", "rope"), ("reverse", "rope + rand")], 2) == pytest.approx(0.8)
-    assert data["claims"]["xPos beats RoPE"]["verdict"] == common.UNFIT  # xPos was not run
+    assert data["claims"]["xPos beats RoPE"]["verdict"] == stats.UNFIT  # xPos was not run

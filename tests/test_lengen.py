@@ -1,5 +1,9 @@
 """lengen.py against slow references and worked numbers."""
 import math
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -7,7 +11,7 @@ import torch
 import lengen as L
 
 
-# --- 1. schedules ---------------------------------------------------------------------------------------
+# --- 1. scalings ----------------------------------------------------------------------------------------
 
 def yarn_range(dim, base, L_, beta):
     return dim * math.log(L_ / (2 * math.pi * beta)) / (2 * math.log(base))
@@ -64,7 +68,7 @@ def test_dynamic_ntk_is_rope_up_to_original_length():
     assert torch.all(longer[1:] < theta[1:])
 
 
-def test_schedule_registry_and_errors():
+def test_scaling_registry_and_errors():
     assert set(L.SCALINGS) == {"none", "pi", "ntk", "dynamic_ntk", "yarn"}
     with pytest.raises(ValueError, match="unknown rope scaling"):
         L.scaling_frequencies("linear", 16, 1e4, 2.0)
@@ -359,3 +363,36 @@ def test_learned_rows_never_reached_stay_as_initialised():
     after = model.pos.table.weight.detach()
     assert not torch.equal(after[:24], before[:24])
     assert torch.equal(after[24:], before[24:])
+
+
+# --- python lengen.py -------------------------------------------------------------------------------------
+
+def test_python_lengen_prints_a_tour_of_what_the_functions_give():
+    """`python lengen.py` draws YaRN's ramp per rotary pair (dim 16, base 1e4, s 4, L 2048), one randomized draw
+    and ALiBi's bias at those ids. Bug caught: a tour that no longer runs, or whose pairs, counts, ids or biases
+    drifted from the functions it shows."""
+    out = subprocess.run([sys.executable, "lengen.py"], cwd=Path(__file__).parent.parent, capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    theta, _ = L.rope_frequencies(16, 1e4)
+    inv_freq, scale = L.yarn_frequencies(16, 1e4, 4.0, 2048)
+    whats = ["kept" if new == old else "interpolated" if new == old / 4 else "ramped"
+             for old, new in zip(theta.tolist(), inv_freq.tolist())]
+    assert "dim 16, base 10000, factor 4, original length L 2048" in out
+    rows = re.findall(r"^ +(\d+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) #* *(kept|ramped|interpolated)$", out, re.M)
+    assert [row[-1] for row in rows] == whats and [int(row[0]) for row in rows] == list(range(8))
+    for (_, wavelength, turns, after, w, _), old, new in zip(rows, theta.tolist(), inv_freq.tolist()):
+        assert float(wavelength) == round(2 * math.pi / old, 1) and float(after) == round(2 * math.pi / new, 1)
+        assert float(turns) == round(2048 / (2 * math.pi / old), 2)
+        assert float(w) == pytest.approx((new - old / 4) / (old - old / 4), abs=0.005)  # weight of the original
+    turns = [2048 * old / (2 * math.pi) for old in theta.tolist()]  # over 32 turns in L kept, under 1 interpolated
+    counts = (sum(n > 32 for n in turns), 8 - sum(n > 32 or n < 1 for n in turns), sum(n < 1 for n in turns))
+    assert counts == (whats.count("kept"), whats.count("ramped"), whats.count("interpolated")) == (3, 3, 2)
+    assert "kept 3, ramped 3, interpolated 2; attention scale %.4f" % scale in out
+
+    ids = L.randomized_positions(1, 8, 32, torch.Generator().manual_seed(0))[0].tolist()
+    assert f"[0, 32): {ids}\n" + "".join("#" if p in ids else "." for p in range(32)) + "\n" in out
+
+    grid = re.findall(r"^ *(\d+) \|(.*)$", out, re.M)
+    assert [int(p) for p, _ in grid] == ids
+    for i, (_, row) in enumerate(grid):  # -m (p_i - p_j), m = 1/4 for head 0 of 4, keys ahead blank
+        assert [float(b) for b in row.split()] == [-(ids[i] - ids[j]) / 4 for j in range(i + 1)]

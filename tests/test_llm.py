@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import types
 import warnings
 
 import pytest
@@ -77,7 +78,7 @@ def test_ryarn_feeds_paper_r_range_and_saves_yarn(tiny_llm, tmp_path):
     for p, r in zip(seen, log):
         assert torch.all(p[1:] > p[:-1]) and p.min() >= 0 and p.max() < r["range"]  # sorted, distinct, in range
         assert len(p) <= n
-    assert [r["max_position"] for r in log] == [int(p.max()) for p in seen]
+    assert [r["highest_position"] for r in log] == [int(p.max()) for p in seen]
     assert max(int(p.max()) for p in seen[-4:]) >= n  # the last stages do reach beyond the sample length
     # The saved model reloads, without lengen, as Hugging Face's own YaRN x4 over 512 ...
     reloaded, _ = hf.load_llm(os.path.join(out, "model"))
@@ -391,7 +392,7 @@ def test_llm_primary_comparison_is_its_own_family():
 
 
 def test_llm_scores_are_reused_only_for_the_model_they_measured(tmp_path):
-    """Bug caught (#24 item 4): runs/llm-SCALE/METHOD/eval.json was reused after its run was replaced with
+    """Bug caught (#24 item 4): runs/llm-PRESET/METHOD/eval.json was reused after its run was replaced with
     --force, reporting the old model's numbers for the new one; and a truncated eval.json was a traceback."""
     from experiments import llm
 
@@ -418,8 +419,8 @@ def test_each_rank_trains_its_share_of_the_one_process_order(tiny_llm, batch, ac
     samples j with (j // batch) % 2 == r, each with the positions one process gives it."""
     import finetune
     tokenizer = hf.load_llm(tiny_llm)[1]
-    cfg = {"batch": batch, "method": "ryarn", "seed": 3, "task": "passkey", "train_len": (128, 128),
-           "task_options": {}, "global_batch": batch * accum * 2}
+    cfg = types.SimpleNamespace(batch=batch, method="ryarn", seed=3, task="passkey", train_len=(128, 128),
+                                task_options={}, global_batch=batch * accum * 2)
 
     def share(rank, world):
         where = torch.Generator().manual_seed(5)

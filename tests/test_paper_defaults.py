@@ -70,11 +70,11 @@ def test_every_experiments_alibi_takes_the_eight_head_slopes():
 
     from experiments import distance, encodings, retrieval
     args = types.SimpleNamespace(device="cpu", threads=1)
-    argvs = [encodings.model_argv("shift", "alibi", p, 0, encodings.SCALES["default"], "runs", "cpu")
+    argvs = [encodings.model_argv("shift", "alibi", p, 0, encodings.PRESETS["default"], "runs", "cpu")
              for p in encodings.POSITIONS]
-    argvs += [distance.model_argv(distance.SCALES["default"], "default", args, "delay_copy", "alibi", 0, (3, 5))]
-    argvs += [m[3] for m in retrieval.planned_models(retrieval.SCALES["default"]) if "alibi" in m[3]]
-    assert len(argvs) == 3 + len(retrieval.SCALES["default"]["seeds"])
+    argvs += [distance.model_argv(distance.PRESETS["default"], "default", args, "delay_copy", "alibi", 0, (3, 5))]
+    argvs += [m[3] for m in retrieval.planned_models(retrieval.PRESETS["default"]) if "alibi" in m[3]]
+    assert len(argvs) == 3 + len(retrieval.PRESETS["default"]["seeds"])
     for argv in argvs:
         assert argv[argv.index("--alibi-slope-heads") + 1] == "8"
         model = L.GPT(L.GPTConfig(vocab_size=8, heads=int(argv[argv.index("--heads") + 1]) if "--heads" in argv else 2,

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import lengen as L
 
 # Two rows with different, uneven ids (per-row positions, as randomized training feeds them), reaching past the
-# original length 16 that the scaled schedules below stretch.
+# original length 16 that the scalings below stretch.
 POSITIONS = torch.tensor([[0, 3, 4, 9, 17, 18, 40, 41], [2, 5, 11, 12, 30, 31, 33, 60]])
 TOKENS = torch.tensor([[1, 7, 3, 3, 9, 0, 12, 5], [4, 4, 8, 1, 15, 2, 6, 11]])
 
@@ -73,7 +73,7 @@ def by_hand(model, idx, positions):
         if cfg.scaling == "none":  # theta_a = base^(-2a/D) (arXiv 2104.09864)
             theta = torch.tensor([cfg.rope_base ** (-2 * a / D) for a in range(D // 2)], dtype=torch.float64)
             scale = 1.0
-        else:  # the schedules themselves are checked against Hugging Face's in test_hf_schedules.py
+        else:  # the scalings themselves are checked against Hugging Face's in test_hf_schedules.py
             longest = int(positions.max()) + 1  # dynamic NTK reads the longest position of the call
             theta, scale = L.SCALINGS[cfg.scaling](D, cfg.rope_base, cfg.factor, cfg.original_len, longest)
             theta = theta.double()

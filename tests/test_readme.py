@@ -47,6 +47,7 @@ import eval as evaluate  # noqa: E402  (eval shadows the builtin)
 import finetune  # noqa: E402
 import hf  # noqa: E402
 import train  # noqa: E402
+from experiments import common  # noqa: E402
 
 PAGES = ["README.md"] + sorted(os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs"))
                                if f.endswith(".md"))
@@ -163,10 +164,15 @@ def check_train(argv: list[str], processes: int = 1, run: bool = True, monkeypat
 def check_eval(argv: list[str], processes: int = 1, run: bool = True, monkeypatch=None) -> str:
     args = evaluate.build_parser().parse_args(argv)
     reached = []
-    if args.experiment or args.bench:
-        real = importlib.import_module(f"experiments.{args.experiment}") if args.experiment else None
-        experiment = types.SimpleNamespace(run=lambda a: reached.append(a), SCALES=getattr(real, "SCALES", {}))
-        monkeypatch.setattr(evaluate, "importlib", types.SimpleNamespace(import_module=lambda name: experiment))
+    if args.experiment or args.bench:  # the runner's checks run; the study is a stub that stops where it would train
+        name = args.experiment or "bench"
+        real = importlib.import_module(f"experiments.{name}") if name in evaluate.experiment_names() else None
+
+        def stop(a):
+            reached.append(a)
+            raise Reached
+        study = types.SimpleNamespace(run=stop, PRESETS=getattr(real, "PRESETS", {}))
+        monkeypatch.setattr(common, "importlib", types.SimpleNamespace(import_module=lambda name: study))
         extra = ["--device", "cpu"]
     elif args.llm:
         def stop(*a, **k):
@@ -182,7 +188,8 @@ def check_eval(argv: list[str], processes: int = 1, run: bool = True, monkeypatc
         try:
             exits_0(evaluate.main, argv + extra, "eval.py")
         except Reached:
-            return "checked up to loading the model"
+            if not reached:
+                return "checked up to loading the model"
     assert reached or not (args.experiment or args.bench), "the experiment was not reached"
     return "ran"
 

@@ -1,12 +1,13 @@
 """Results that render themselves: every claims table in README.md and docs/*.md, and every results/NAME.md, is
 what the experiment's own code renders from the committed results/NAME.json; no committed verdict contradicts
 its own numbers."""
+import importlib
 import json
 import os
 
 import pytest
 
-from experiments import common
+from experiments import common, stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERIMENTS = ("retrieval", "distance", "ryarn", "llm", "encodings")
@@ -41,9 +42,10 @@ def test_a_typed_number_in_a_rendered_table_is_caught():
 def test_each_results_file_is_what_its_json_renders(name):
     """results/NAME.md is the markdown the experiment writes from results/NAME.json (decided by the current
     rule: python eval.py --experiment NAME --render): its verdicts cannot drift from its numbers."""
-    module = __import__(f"experiments.{name}", fromlist=["render"])
+    report = importlib.import_module(f"experiments.{name}_report")
     with open(os.path.join(ROOT, "results", f"{name}.json"), encoding="utf-8") as f:
-        data, markdown, _ = module.render(json.load(f, object_hook=common.int_keys))
+        data = report.decide_again(json.load(f, object_hook=common.int_keys))
+    markdown = report.markdown(data)
     assert read(f"results/{name}.md").startswith(markdown.rstrip("\n"))
     assert json.loads(json.dumps(data)) == json.loads(read(f"results/{name}.json"))
 
@@ -52,7 +54,7 @@ def reproduced_without_support(x, path=""):
     """Every "reproduced" in a results json whose own interval includes 0, or that rests on fewer than 3 units."""
     if isinstance(x, dict):
         if x.get("verdict") == "reproduced" and isinstance(x.get("per_unit"), list):
-            if len(x["per_unit"]) < common.MIN_UNITS or not x.get("low", 0) > 0:
+            if len(x["per_unit"]) < stats.MIN_UNITS or not x.get("low", 0) > 0:
                 yield path
         for k, v in x.items():
             yield from reproduced_without_support(v, f"{path}/{k}")

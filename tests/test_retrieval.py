@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import eval
-from experiments import common
 from experiments import retrieval as E
+from experiments import stats
 import lengen
 
 
@@ -125,7 +125,7 @@ def test_claims_on_heads_that_did_not_learn_the_task_are_undecided():
                 "correlation_beyond": 0.46, "correlation_by_rcond": {1e-4: 0.10, 1e-2: 0.41}}
 
     data = {"train_max": 24, "runs": [linear(0.63), linear(0.76)]}
-    assert E.claim_linear(data)["verdict"] == common.UNFIT
+    assert E.claim_linear(data)["verdict"] == stats.UNFIT
     data["runs"] = [linear(0.93), linear(0.95)]
     assert E.claim_linear(data)["verdict"] == "partly reproduced"  # fails beyond; the kernel does not match
 
@@ -134,7 +134,7 @@ def test_claims_on_heads_that_did_not_learn_the_task_are_undecided():
 
     data = {"train_max": 24, "controls": (), "offsets": (3,),
             "runs": [head("rope", 1.0, 1.0), head("learned", 0.5, 0.07)]}
-    assert E.claim_extrapolation(data)["verdict"] == common.UNFIT
+    assert E.claim_extrapolation(data)["verdict"] == stats.UNFIT
     data["runs"][1] = head("learned", 1.0, 0.07)
     assert E.claim_extrapolation(data)["verdict"] == "reproduced"
 
@@ -144,7 +144,7 @@ def test_the_linear_control_trains_longer_than_the_softmax_heads_and_alone_does(
     linear_steps, at the first offset alone (at 5 it stays near 0.75). Bug caught: the longer budget applied to
     every head (the softmax heads' claims then rest on another design), or not reaching the linear heads."""
     from experiments import retrieval as exp
-    setup = exp.SCALES["default"]
+    setup = exp.PRESETS["default"]
     steps = {}
     for _, labels, _, argv, _ in exp.planned_models(setup):
         if isinstance(labels, dict) and "attention" in labels:

@@ -2,6 +2,7 @@
 the positions its training loop used."""
 import importlib.util
 import json
+import pathlib
 import shlex
 import subprocess
 import sys
@@ -13,10 +14,9 @@ import torch
 import eval
 import lengen
 import train
-from experiments import common
-from experiments import ryarn
+from experiments import common, ryarn, ryarn_report, stats
 
-QUICK = ryarn.SCALES["quick"]
+QUICK = ryarn.PRESETS["quick"]
 
 
 def quick(folder, *extra: str):
@@ -66,6 +66,9 @@ def test_quick_experiment_writes_its_results(quick_run):
     assert "python eval.py --experiment ryarn --quick --threads 1" in markdown and "Runtime" in markdown
     assert markdown.index("## The rule") < markdown.index("## Primary claims") < markdown.index("## Exploratory")
     assert markdown.index("## Exploratory") < markdown.index("test accuracy by length")
+    docs = (pathlib.Path(__file__).parents[1] / "docs" / "randomized-yarn.md").read_text()
+    assert "docs/randomized-yarn.md#how-this-design-was-chosen" in markdown and \
+        "\n## How this design was chosen\n" in docs  # the design history is the docs page's, the results point to it
     if importlib.util.find_spec("matplotlib"):  # figures are optional: without matplotlib the run says so
         assert (tmp_path / "results" / "quick" / "ryarn.png").stat().st_size > 0
 
@@ -104,12 +107,12 @@ def test_verdict_rule_on_made_up_gains():
     """Bugs caught: a gain that holds on average while one base goes the other way called reproduced; z
     intervals (1.96 standard errors) for 3 bases, far too narrow; a failed reproduction from an interval that
     still allows the claim; a consistent loss not called reversed."""
-    v = common.unit_verdict([0.12, 0.10, -0.01], 0.05)  # positive on two bases, negative on the third
+    v = stats.unit_verdict([0.12, 0.10, -0.01], 0.05)  # positive on two bases, negative on the third
     assert v["mean"] >= 0.05 and v["verdict"] == "undecided"
-    assert common.unit_verdict([0.12, 0.10, 0.11], 0.05)["verdict"] == "reproduced"
-    assert common.unit_verdict([-0.10, -0.09, -0.11], 0.05)["verdict"] == "reversed"
-    assert common.unit_verdict([0.01, 0.00, 0.02], 0.05)["verdict"].startswith("smaller than claimed")
-    assert common.unit_verdict([0.04, -0.03, 0.08], 0.05)["verdict"] == "undecided"      # it straddles +0.05
+    assert stats.unit_verdict([0.12, 0.10, 0.11], 0.05)["verdict"] == "reproduced"
+    assert stats.unit_verdict([-0.10, -0.09, -0.11], 0.05)["verdict"] == "reversed"
+    assert stats.unit_verdict([0.01, 0.00, 0.02], 0.05)["verdict"].startswith("smaller than claimed")
+    assert stats.unit_verdict([0.04, -0.03, 0.08], 0.05)["verdict"] == "undecided"      # it straddles +0.05
     values = [0.10, 0.04, 0.07]
     mean, low, high = eval.t_interval(values)
     sd = common.spread(values)["sd"]
@@ -134,10 +137,10 @@ def test_bases_that_did_not_fit_leave_every_claim_undecided():
     assert {c["verdict"] for c in unfit.values() if c["primary"]} == {"undecided (1 unit(s): 3 needed) at every rate"}
     fitted = ryarn.claims(data([0.95] * 3), 0.9)
     assert {c["verdict"].split(":")[0] for c in fitted.values() if not c["primary"]} == {"smaller than claimed"}
-    assert ryarn.claims(data([0.5] * 3), 0.9)["ryarn > ft beyond L"]["verdict"] == common.UNFIT
+    assert ryarn.claims(data([0.5] * 3), 0.9)["ryarn > ft beyond L"]["verdict"] == stats.UNFIT
     lost = ryarn.claims(data([0.95] * 3, ryarn_validation=0.5), 0.9)  # the fine-tune under the bar at L
-    assert lost["ryarn > ft beyond L"]["verdict"] == common.UNFIT
-    assert lost["ryarn > yarn beyond L"]["by_rate"]["0.001"]["verdict"] == common.UNFIT
+    assert lost["ryarn > ft beyond L"]["verdict"] == stats.UNFIT
+    assert lost["ryarn > yarn beyond L"]["by_rate"]["0.001"]["verdict"] == stats.UNFIT
 
 
 def test_every_model_replays_from_its_command(quick_run, tmp_path):
@@ -152,7 +155,7 @@ def test_every_model_replays_from_its_command(quick_run, tmp_path):
     out = argv[argv.index("--out") + 1]
     before = torch.load(folder / out / "checkpoint.pt", weights_only=False)["model"]
     argv[argv.index("--out") + 1] = str(tmp_path / "replay")
-    root = str(__import__("pathlib").Path(train.__file__).parent)
+    root = str(pathlib.Path(train.__file__).parent)
     subprocess.run([sys.executable, f"{root}/train.py", *argv[2:]], cwd=folder, check=True)
     after = torch.load(tmp_path / "replay" / "checkpoint.pt", weights_only=False)["model"]
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
@@ -177,7 +180,7 @@ def test_figure_draws_each_method_alike_in_every_panel(quick_run):
     plt = eval.pyplot()
     if plt is None:
         pytest.skip("matplotlib is not installed")
-    fig = ryarn.figure(quick_run[1])(plt)
+    fig = ryarn_report.figure(quick_run[1])(plt)
     styles, panels = {}, []
     for ax in fig.axes:
         lines = {line.get_label(): (line.get_color(), line.get_linestyle()) for line in ax.get_lines()
@@ -210,8 +213,8 @@ def fed_positions(method, tmp_path, top=2):
     base = str(tmp_path / "pretrain")
     train.run(ryarn.train_argv(ryarn.TASK, base, QUICK["L"], QUICK["layers"], 5, 0, args))
     fed = []
-    train.run(ryarn.finetune_argv(ryarn.TASK, str(tmp_path / method), base, method, QUICK["finetune"], 0, 1e-3,
-                                  QUICK, args, top),
+    train.run(ryarn.fine_tune_argv(ryarn.TASK, str(tmp_path / method), base, method, QUICK["finetune"], 0, 1e-3,
+                                   QUICK, args, top),
               on_step=lambda step, x, positions: fed.append((step, x, positions)))
     assert [step for step, _, _ in fed] == list(range(QUICK["finetune"]))
     return fed
@@ -249,22 +252,22 @@ def test_method_flags_match_paper_r():
 
 
 def test_claims_on_models_that_did_not_fit_are_undecided_and_several_comparisons_need_each():
-    """The shared rule's fourth outcome and its combination (common.verdict, unit_verdict, all_of). Bugs caught:
+    """The shared rule's fourth outcome and its combination (stats.verdict, unit_verdict, all_of). Bugs caught:
     a claim on unfitted models given the numbers' verdict, one failed comparison of several not failing the
     claim, an open comparison read as a failure, nothing measured read as undecided on fitted models."""
-    assert common.verdict(True, True, fitted=False) == common.UNFIT == "undecided (models did not fit)"
-    assert common.unit_verdict([0.12, 0.10, 0.02], 0.05, fitted=False)["verdict"] == common.UNFIT
-    assert common.unit_verdict([], 0.05)["verdict"] == common.UNFIT
-    assert common.unit_verdict([0.30], 0.05)["verdict"].startswith("undecided")  # one unit: no interval
-    assert common.all_of(["reproduced", "reproduced"]) == "reproduced"
-    assert common.all_of(["reproduced", "reversed"]) == "partly reproduced"
-    assert common.all_of(["reproduced", "smaller than claimed: +0.01 [-0.02, +0.04], under +0.05"]) == \
+    assert stats.verdict(True, True, fitted=False) == stats.UNFIT == "undecided (models did not fit)"
+    assert stats.unit_verdict([0.12, 0.10, 0.02], 0.05, fitted=False)["verdict"] == stats.UNFIT
+    assert stats.unit_verdict([], 0.05)["verdict"] == stats.UNFIT
+    assert stats.unit_verdict([0.30], 0.05)["verdict"].startswith("undecided")  # one unit: no interval
+    assert stats.all_of(["reproduced", "reproduced"]) == "reproduced"
+    assert stats.all_of(["reproduced", "reversed"]) == "partly reproduced"
+    assert stats.all_of(["reproduced", "smaller than claimed: +0.01 [-0.02, +0.04], under +0.05"]) == \
         "partly reproduced"
-    assert common.all_of(["undecided", "not reproduced", common.UNFIT]) == "not reproduced"
-    assert common.all_of(["reproduced", "undecided"]) == "undecided"
-    assert common.all_of(["reproduced", common.UNFIT]) == "undecided"
-    assert common.all_of([common.UNFIT, common.UNFIT]) == common.UNFIT
-    assert common.all_of([]) == "undecided"
+    assert stats.all_of(["undecided", "not reproduced", stats.UNFIT]) == "not reproduced"
+    assert stats.all_of(["reproduced", "undecided"]) == "undecided"
+    assert stats.all_of(["reproduced", stats.UNFIT]) == "undecided"
+    assert stats.all_of([stats.UNFIT, stats.UNFIT]) == stats.UNFIT
+    assert stats.all_of([]) == "undecided"
 
 
 def test_each_rate_is_chosen_on_validation_sequences_never_on_the_test_set():

@@ -14,6 +14,7 @@ import torch
 import eval
 import lengen
 import runs
+import tasks
 import train
 
 TINY = ["--task", "retrieval", "--offset", "1", "--train-len", "8:16", "--layers", "1", "--heads", "1", "--dim", "32",
@@ -77,7 +78,7 @@ def test_learning_rate_warms_up_then_decays_to_a_tenth():
     """Bug caught: a warm-up that starts at 0 (step 0 would not learn) or overshoots, a cosine that decays to 0
     or to the wrong floor, that ends before or after the last step, or that rises again after it."""
     cfg = {"lr": 2.0, "warmup": 10, "steps": 110}
-    lr = [runs.learning_rate(step, **cfg) for step in range(200)]
+    lr = [train.learning_rate(step, **cfg) for step in range(200)]
     assert lr[0] == pytest.approx(0.2) and lr[4] == pytest.approx(1.0) and lr[9] == pytest.approx(2.0)  # linear
     assert lr[10] == pytest.approx(2.0)                                 # the cosine starts at the peak ...
     assert lr[60] == pytest.approx(2.0 * (0.1 + 0.9 * 0.5))             # ... is halfway down at half its length
@@ -85,7 +86,8 @@ def test_learning_rate_warms_up_then_decays_to_a_tenth():
     assert all(a >= b for a, b in zip(lr[10:], lr[11:]))
     model = lengen.GPT(lengen.GPTConfig(vocab_size=8, encoding="learned"))
     optimizer = train.make_optimizer(model, types.SimpleNamespace(**cfg, wd=0.1))
-    runs.set_learning_rate(optimizer, runs.learning_rate(60, **cfg))
+    x, y, mask = tasks.make_batch("copy", 2, 8, torch.Generator().manual_seed(0), symbols=6)
+    train.take_step(types.SimpleNamespace(**cfg, encoding="learned"), 60, model, model, optimizer, x, y, mask, None)
     assert [g["lr"] for g in optimizer.param_groups] == [lr[60]] * 2  # decayed and undecayed groups alike
 
 

@@ -1,4 +1,4 @@
-"""The verdict rule every experiment uses (experiments/common.py: rule, decide), and the t distribution under it
+"""The verdict rule every experiment uses (experiments/stats.py: rule, decide), and the t distribution under it
 (eval.py: t_tail, t_critical): its outcomes on cases whose answer is known, Holm's adjustment over a table, and
 its error rates by simulation."""
 import random
@@ -6,7 +6,7 @@ import random
 import pytest
 
 import eval
-from experiments import common
+from experiments import common, stats
 
 T = 0.05  # the threshold every simulation below uses
 
@@ -22,15 +22,15 @@ def test_t_distribution_matches_its_table():
 
 
 def test_each_outcome_on_a_case_whose_answer_is_known():
-    assert common.rule([0.1, 0.12, 0.11], 0.02, 0.2, T) == "reproduced"
-    assert common.rule([0.01, 0.2, 0.09], 0.02, 0.2, T) == "reproduced"      # the mean is what counts, >= T
-    assert common.rule([0.04, 0.05, 0.04], 0.02, 0.06, T) == "undecided"     # above 0, but the mean is under T
-    assert common.rule([-0.1, -0.12, -0.11], -0.2, -0.02, T) == "reversed"
-    assert common.rule([0.034, 0.021, 0.022], 0.007, 0.044, T) == \
+    assert stats.rule([0.1, 0.12, 0.11], 0.02, 0.2, T) == "reproduced"
+    assert stats.rule([0.01, 0.2, 0.09], 0.02, 0.2, T) == "reproduced"      # the mean is what counts, >= T
+    assert stats.rule([0.04, 0.05, 0.04], 0.02, 0.06, T) == "undecided"     # above 0, but the mean is under T
+    assert stats.rule([-0.1, -0.12, -0.11], -0.2, -0.02, T) == "reversed"
+    assert stats.rule([0.034, 0.021, 0.022], 0.007, 0.044, T) == \
         "smaller than claimed: +0.026 [+0.007, +0.044], under +0.05"         # a real gain, smaller than claimed
-    assert common.rule([-0.02, 0.0, 0.01], -0.04, 0.03, T).startswith("smaller than claimed")  # no gain at all
-    assert common.rule([0.1, 0.12], 0.02, 0.2, T) == "undecided"             # two units: never a verdict
-    assert common.rule([0.2, -0.1, 0.3], -0.3, 0.6, T) == "undecided"        # the interval reaches T and 0
+    assert stats.rule([-0.02, 0.0, 0.01], -0.04, 0.03, T).startswith("smaller than claimed")  # no gain at all
+    assert stats.rule([0.1, 0.12], 0.02, 0.2, T) == "undecided"             # two units: never a verdict
+    assert stats.rule([0.2, -0.1, 0.3], -0.3, 0.6, T) == "undecided"        # the interval reaches T and 0
 
 
 def test_holm_tests_the_smallest_p_at_alpha_over_m_and_stops_at_the_first_it_cannot_reject():
@@ -40,7 +40,7 @@ def test_holm_tests_the_smallest_p_at_alpha_over_m_and_stops_at_the_first_it_can
               "fair": [0.10, 0.16, 0.04, 0.12, 0.08],    # p ~ 0.006
               "weak": [0.08, -0.02, 0.15, 0.01, 0.10],   # p ~ 0.09
               "unmeasured": [0.2, 0.3]}                  # two units: not tested, but one of the table's 4
-    out = common.decide(family, T)
+    out = stats.decide(family, T)
     assert {r["family"] for r in out.values()} == {4}
     assert out["clear"]["level"] == pytest.approx(0.05 / 4) and out["fair"]["level"] == pytest.approx(0.05 / 3)
     assert out["weak"]["level"] == pytest.approx(0.05 / 2)
@@ -49,13 +49,13 @@ def test_holm_tests_the_smallest_p_at_alpha_over_m_and_stops_at_the_first_it_can
     for r in (out["clear"], out["fair"], out["weak"]):  # each interval excludes 0 exactly when Holm rejects
         assert (r["low"] > 0) == (r["p"] <= r["level"])
     # After the first comparison Holm cannot reject, the later ones keep its level: none is rejected.
-    stuck = common.decide({"a": [0.30, 0.31, 0.29, 0.30, 0.32],
+    stuck = stats.decide({"a": [0.30, 0.31, 0.29, 0.30, 0.32],
                            "b": [0.10, 0.02, 0.20, 0.06, 0.14],   # p 0.029: over 0.05 / 2, not rejected
                            "c": [0.10, 0.00, 0.20, 0.05, 0.15]},  # p 0.047: under 0.05 / 1, yet not rejected
                           T)
     assert [stuck[n]["level"] for n in "abc"] == pytest.approx([0.05 / 3, 0.05 / 2, 0.05 / 2])
     assert stuck["c"]["low"] < 0 and stuck["c"]["verdict"] == "undecided"
-    assert common.decide({"a": [0.1] * 3}, T, fitted={"a": False})["a"]["verdict"] == common.UNFIT
+    assert stats.decide({"a": [0.1] * 3}, T, fitted={"a": False})["a"]["verdict"] == stats.UNFIT
 
 
 def simulate(true_gain: float, units: int, spread: float, draws: int, seed: int, family: int = 1) -> float:
@@ -64,7 +64,7 @@ def simulate(true_gain: float, units: int, spread: float, draws: int, seed: int,
     rng, hits = random.Random(seed), 0
     for _ in range(draws):
         table = {f"c{i}": [rng.gauss(true_gain, spread) for _ in range(units)] for i in range(family)}
-        hits += common.decide(table, T)["c0"]["verdict"] == "reproduced"
+        hits += stats.decide(table, T)["c0"]["verdict"] == "reproduced"
     return hits / draws
 
 
@@ -82,7 +82,7 @@ def test_a_family_keeps_its_table_at_five_percent():
     rng, any_hit = random.Random(7), 0
     for _ in range(1000):
         table = {f"c{i}": [rng.gauss(0.0, 0.1) for _ in range(5)] for i in range(5)}
-        any_hit += any(r["verdict"] == "reproduced" for r in common.decide(table, T).values())
+        any_hit += any(r["verdict"] == "reproduced" for r in stats.decide(table, T).values())
     assert any_hit / 1000 <= 0.05
 
 

@@ -1,0 +1,396 @@
+"""Paper D's report: what experiments/distance.py measured and decided, written out. results/distance.md (the
+setup beside Paper D's, how the default was planned from its probe, the verdicts, one section per question,
+every model's train.py command), the figure, README.md's table (summary), the probe's own page, and
+decide_again, which decides recorded results again under the current rule (eval.py --render).
+
+Anything the markdown says about how the run ran (its jobs and threads) is read from the recorded command, so
+that a re-render writes what the run wrote.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+
+from eval import plot_curves
+from experiments.common import (ALIBI_SLOPE_HEADS, cpu_per_step, fmt, line_styles, probe_cell, probe_cost, probe_table,
+                                seed_curve, spread)
+from experiments.distance import (DISTANCE_ENCODINGS, PAPER_D_FINDINGS, PRESETS, TRANSFER_MARGIN, claims, model_argv,
+                                  planned_models, probe_row, size_name)
+from experiments.stats import FIT_BAR, THRESHOLD, UNFIT, short
+
+STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every panel
+NOPE_MIXED_UNFIT = "in the run at commit df12742 NoPE's mixed_copy models fitted on 0 of 6 seeds within 6000 steps"
+
+
+def span(band: tuple[int, int]) -> str:
+    return f"[{band[0]}, {band[1]}]"
+
+
+def recorded_flag(command: str, flag: str) -> str | None:
+    """The value the recorded command line gave --FLAG (None: not given)."""
+    return m.group(1) if (m := re.search(rf"--{flag} (\S+)", command)) else None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The markdown: the setup beside Paper D's, the verdicts, then one section per question
+# ---------------------------------------------------------------------------------------------------------
+
+
+def verdict_block(result: dict) -> list[str]:
+    """A finding's comparisons as a table (mean [adjusted interval] over the seeds that fitted), and its verdict."""
+    table = ["| comparison (a gain that should be positive) | seeds | mean [interval] | verdict |",
+             "|---|---:|---|---|"]
+    for c in result["checks"]:
+        interval = f" [{c['low']:+.3f}, {c['high']:+.3f}]" if "low" in c else ""
+        mean = f"{c['mean']:+.3f}{interval}" if "mean" in c else "—"
+        table.append(f"| {c['what']} | {len(c['per_unit'])} | {mean} | {short(c['verdict'])} |")
+    return ["", *table, f"\n**Verdict: {result['verdict']}.**\n"]
+
+
+def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
+    """What was run and on what; the task as measured; Paper D's setup beside this run's."""
+    setup = data["settings"]
+    machine = data.get("machine", "a machine distance.json does not record")
+    width, layers, heads = setup["width"], setup["layers"], setup["heads"]
+    md = ["# Distance generalization (Paper D, arXiv 2609.11913)\n",
+          f"`{data['command']}` took {data['runtime_s'] / 60:.1f} minutes on {machine}, {jobs} model(s) at a time, "
+          f"{threads} torch thread(s) each. Every number below "
+          "comes from that run; per-delay curves of every seed are in `distance.json`.\n",
+          "Paper D asks whether a positional encoding helps a transformer copy tokens across delays it never saw "
+          "in training, at a fixed context length. A delay copy episode (task C) is m source tokens, a control "
+          "token, d filler tokens, the control token again, then the m source tokens; selective copy (task S) "
+          "reproduces only the even-valued source tokens. **d is the number of filler tokens strictly between the "
+          "two control tokens** (C-to-C distance minus 1), so in task C every source token is reproduced "
+          f"m + d + 2 positions later; Paper D does not say which it counts. Accuracy: teacher-forced, per "
+          f"reproduced token, {setup['samples']} windows per delay (chance is about 1/{setup['symbols']}).\n",
+          "## Setup: Paper D and this run\n",
+          "| | Paper D | here |", "|---|---|---|",
+          f"| window T | 256 | {setup['window']} |",
+          f"| data tokens | 128 | {setup['symbols']} |",
+          f"| m (tokens copied) | 10 | {setup['m']} |",
+          f"| C and S training band (A) | [15, 25] | {span(setup['band'])} |",
+          f"| delays evaluated | 1..120 | 0..{setup['top']}"
+          + (" (4 x the band's top)" if setup["top"] == 4 * setup["band"][1] else "") + " |",
+          f"| diversity d_max (B) | 5, 10, 20, 30, 50 | {', '.join(map(str, setup['diversity']))} |",
+          f"| S bands in transfer (C) | [25, 35], [45, 55] | {span(setup['adjacent'])}, {span(setup['separated'])} |",
+          f"| model | 8 layers x 512, 8 heads | {layers} layers x {width}, {heads} heads |",
+          f"| sizes in the size sweep (layers x width) | smaller than 8 x 512 (sizes not in our sources) | "
+          f"{', '.join(size_name(s) for s in setup['sizes'])} |",
+          "| MLP, dropout | ReLU, 0.1 | GELU, none (lengen's GPT; train.py has no dropout flag) |",
+          f"| steps x batch | 40K x 64 | until it fits (>= {FIT_BAR} on held-out windows at its training delays, "
+          f"checked every {setup['every']} steps) or {setup['steps']}, x {setup['batch']} |",
+          "| lr, warm-up, weight decay | 3e-4, 3K, 0.05 (AdamW) | "
+          f"{setup['lr']:g}, {setup['warmup']}, {setup['wd']:g} (AdamW, "
+          "cosine decay to a tenth over the cap) |",
+          "| loss mask | R tokens, control tokens, first 18 positions | everything but reproduced tokens whose "
+          "source lies inside the window (exact, instead of the first 18) |",
+          f"| seeds | best of 5 | (A) {setup['seeds']}, size {setup['size_seeds']}, (B) {setup['diversity_seeds']}, "
+          f"(C) {setup['transfer_seeds']}; "
+          "mean ± sd and the best seed (highest cumulative accuracy) |",
+          *([f"| ALiBi's slopes | the paper's rule for 8 heads | the {data['alibi_slope_heads']}-head slopes, "
+             f"evenly spaced over {heads} heads (the rule for {heads} heads is nearly flat over this window) |"]
+            if "alibi_slope_heads" in data else []),
+          f"| encodings | NoPE, RoPE, ALiBi | all three in size and (A); (B) "
+          f"{', '.join(setup['diversity_encodings'])}; (C) {', '.join(setup['transfer_encodings'])} |"]
+    if data["scale"] != "full":
+        md.append("\nWhere a part has fewer than 3 seeds or fewer than the three encodings, that is a cut made to "
+                  "fit the time budget (or, for an encoding, what its probe said: see how this design was chosen), "
+                  "not a finding; `--full` runs every part with 5 seeds and all three encodings, at Paper D's sizes "
+                  "(a GPU helps).")
+    return md
+
+
+def design_section(data: dict) -> list[str]:
+    """How the default was planned: its probe's table (results/distance-probe.json, copied into the results when
+    the run began) and what was read from it (plan)."""
+    if "probe" not in data:
+        return []
+    probe, setup = data["probe"], data["settings"]
+    rows = [probe_row(e, s) for e in DISTANCE_ENCODINGS for s in probe["settings"]["sizes"]]
+    return ["\n## How this design was chosen\n", "Before the run, from `results/distance-probe.md`: seed 0 of "
+            f"(A)'s models at every size, trained until it fits its band or {probe['settings']['steps']} steps; "
+            "nothing outside the band measured. " + probe_cost(probe) + "\n",
+            *probe_table(probe["fits"], rows, "model"),
+            "", plan(probe, setup) + " " + full_cost(probe, setup)]
+
+
+def step_flops(setup: dict) -> int:
+    """A training step's matrix FLOPs up to a constant: batch x window tokens, each through `layers` layers of
+    12 width^2 (projections and MLP) + 2 window x width (attention scores and their use)."""
+    width, window = setup["width"], setup["window"]
+    return setup["batch"] * window * setup["layers"] * (12 * width ** 2 + 2 * window * width)
+
+
+def full_cost(probe: dict, setup: dict) -> str:
+    """What --full would cost on this machine: its models and caps, at the probe's measured CPU time per step
+    scaled by FLOPs. An estimate on the high side: a tiny model's step carries overheads (Python, small kernels)
+    that a large one's matrices amortise."""
+    full = PRESETS["full"]
+    models = len(list(planned_models(full)))
+    per_step = cpu_per_step(probe) * step_flops(full) / step_flops(setup)
+    return (f"`--full` ({models} models at {full['layers']} x {full['width']}, window {full['window']}, up to "
+            f"{full['steps']:,} steps each) is a GPU's job: by FLOPs a step there is "
+            f"{step_flops(full) / step_flops(setup):,.0f}x one here, about {per_step * full['steps'] / 3600:,.0f} "
+            "CPU-hours a model at the probe's measured cost per step (on the high side: a tiny model's step carries "
+            "overheads a large one amortises).")
+
+
+def plan(probe: dict, setup: dict) -> str:
+    """What the default took from its probe: one cap for every model, which of the probe's sizes the size sweep
+    leaves out, and which encodings (B) and (C) leave out, and why (the probe's numbers at (A)'s size)."""
+    fits, main, cap = probe["fits"], size_name((setup["layers"], setup["width"])), setup["steps"]
+    cell = {t: {e: fits[t][probe_row(e, (setup["layers"], setup["width"]))] for e in DISTANCE_ENCODINGS}
+            for t in fits}
+    why = "; ".join(f"{t}: " + ", ".join(f"{e} {probe_cell(c)}" for e, c in by.items()) for t, by in cell.items())
+    text = (f"At (A)'s size, {main}, the probe's steps to fit (or the last check) were {why}. Every model trains "
+            f"to the same cap, {cap} steps, and stops as soon as it fits: (A) and the size sweep train every "
+            "encoding, including the cells that did not fit in the probe (the size question is about exactly that).")
+
+    def slower(e, kept):  # (B) is delay copy alone
+        steps = cell["delay_copy"][e]["steps_to_fit"]
+        others = max(cell["delay_copy"][k]["steps_to_fit"] or cap for k in kept)
+        return (f"{e} fitted delay copy in {steps} steps, against at most {others} for the others (cut for time)"
+                if steps else f"{e} did not fit delay copy within {cap} steps on the probe's seed")
+
+    def unfit_s(e, kept):  # (C)'s mixed model learns selective copy too
+        steps = cell["selective_copy"][e]["steps_to_fit"]
+        if steps is None:
+            return f"{e} did not fit selective copy within {cap} steps on the probe's seed, and (C)'s mixed model " \
+                   "learns it too"
+        return f"{e} needed {steps} of {cap} steps to fit selective copy alone, and " + \
+            (NOPE_MIXED_UNFIT if e == "nope" else "(C)'s mixed model learns it beside delay copy (cut for time)")
+
+    left_out = [size_name(s) for s in probe["settings"]["sizes"] if tuple(s) not in map(tuple, setup["sizes"])]
+    if left_out:
+        text += (f" The size sweep leaves out {', '.join(left_out)} of the probe's sizes (cut for time; the width "
+                 "ladder stays, as in `--full`).")
+    for part, key, reason in (("(B)", "diversity_encodings", slower), ("(C)", "transfer_encodings", unfit_s)):
+        kept = setup[key]
+        left = [e for e in DISTANCE_ENCODINGS if e not in kept]
+        if left:
+            text += f" {part} trains {', '.join(kept)} only: " + "; ".join(reason(e, kept) for e in left) + "."
+    return text + " `--full` trains every encoding in every part."
+
+
+def verdicts_section(data: dict) -> list[str]:
+    md = ["\n## Verdicts\n", "| question | Paper D | verdict |", "|---|---|---|"]
+    md += [f"| {name} | {PAPER_D_FINDINGS[name]} | **{r['verdict']}** |" for name, r in data["verdicts"].items()]
+    md.append(f"\nEach question is made of comparisons below, each a gain in accuracy measured per seed, seed s of "
+              "one model against seed s of the other, on the seeds where both fitted their training band (train.py's "
+              f"fit check, accuracy >= {FIT_BAR}); *{UNFIT}* when one fitted on fewer than two thirds of its seeds. "
+              "The size comparisons measure fitting itself, so they count every seed. The shared "
+              f"rule decides each: reproduced when the mean is >= {THRESHOLD} and the interval lies above 0, "
+              f"reversed in the mirror image, smaller than claimed when the interval lies below {THRESHOLD}, "
+              "undecided otherwise or with fewer than 3 seeds. " + data["caption"] + " A question is reproduced "
+              "when each of its comparisons is, fails (partly) when one fails, and is undecided otherwise.\n")
+    return md
+
+
+def fitted_at(result: dict) -> str:
+    """Each seed's step to fit its band, '—' where it did not within the cap: '2600, —, 3100'."""
+    return ", ".join("—" if s is None else str(s) for s in result["steps_to_fit"])
+
+
+def size_section(data: dict) -> list[str]:
+    setup = data["settings"]
+    md = ["## Size\n", f"Paper D: {PAPER_D_FINDINGS['size']}. Here: C trained on {span(setup['band'])}, "
+          f"{setup['size_seeds']} seed(s) at each size (layers x width). In range: mean accuracy over the training "
+          "band (mean ± sd over seeds); fitted: the seeds whose model reached the bar, and at which step (— not "
+          f"within the cap of {setup['steps']}).\n",
+          "| size | " + " | ".join(f"{e} in range | {e} fitted at" for e in DISTANCE_ENCODINGS) + " |",
+          "|---:|" + "---:|" * 2 * len(DISTANCE_ENCODINGS)]
+    for name, runs in data["size"].items():
+        cells = [f"{fmt(runs[e]['in_mean'], form='sd')} | {fitted_at(runs[e])}" for e in DISTANCE_ENCODINGS]
+        md.append(f"| {name} | " + " | ".join(cells) + " |")
+    return md + verdict_block(data["verdicts"]["size"])
+
+
+def ordering_section(data: dict, task: str, label: str) -> list[str]:
+    """(A) on one task: every encoding in range, out of range, its best seed, and at a few delays."""
+    setup, runs = data["settings"], data["A"][task]
+    lo, hi = setup["band"]
+    shown = sorted({0, lo - 1, lo, hi, hi + 1, 2 * hi, 3 * hi, 4 * hi} & set(range(setup["top"] + 1)))
+    md = [f"## ({label})\n", f"Paper D: {PAPER_D_FINDINGS[label]}. Here: trained on {span(setup['band'])}, "
+          f"{setup['seeds']} seed(s) per encoding; mean ± sd over seeds, and the best seed.\n",
+          "| encoding | fitted at | in range | out-of-range sum | best seed: in range, out-of-range sum | " +
+          " | ".join(f"d={d}" for d in shown) + " |", "|---|---|---:|---:|---:|" + "---:|" * len(shown)]
+    for e in DISTANCE_ENCODINGS:
+        r, b = runs[e], runs[e]["best_seed"]
+        cells = [fmt([seed[r["delays"].index(d)] for seed in r["per_seed"]], form="sd") for d in shown]
+        md.append(f"| {e} | {fitted_at(r)} | {fmt(r['in_mean'], form='sd')} | {fmt(r['out_sum'], '.1f', 'sd')} | "
+                  f"{r['in_mean'][b]:.2f}, {r['out_sum'][b]:.1f} | " + " | ".join(cells) + " |")
+    return md + verdict_block(data["verdicts"][label])
+
+
+def diversity_section(data: dict) -> list[str]:
+    setup = data["settings"]
+    md = ["## (B) Diversity\n", f"Paper D: {PAPER_D_FINDINGS['B']}. Here: C trained on [0, d_max], evaluated at "
+          f"0..{setup['top']}; sums of accuracy over the delays inside and outside [0, d_max], "
+          f"{setup['diversity_seeds']} seed(s).\n",
+          "| encoding | d_max | in-range sum | out-of-range sum | out / in | out-of-range mean |",
+          "|---|---:|---:|---:|---:|---:|"]
+    for e, by_max in data["B"].items():
+        for d_max, r in by_max.items():
+            unseen = setup["top"] - d_max
+            md.append(f"| {e} | {d_max} | {fmt(r['in_sum'], '.1f', 'sd')} | {fmt(r['out_sum'], '.1f', 'sd')} | "
+                      f"{fmt(r['ratio'], form='sd')} | {spread(r['out_sum'])['mean'] / unseen:.2f} |")
+    return md + verdict_block(data["verdicts"]["B"])
+
+
+def sign(x: float) -> str:
+    return "positive" if x > TRANSFER_MARGIN else "negative" if x < -TRANSFER_MARGIN else "none"
+
+
+def transfer_section(data: dict) -> list[str]:
+    setup = data["settings"]
+    md = ["## (C) Transfer\n", f"Paper D: {PAPER_D_FINDINGS['C']}. Here: mixed_copy trains C on "
+          f"{span(setup['band'])} together with S on {span(setup['adjacent'])} (adjacent) or "
+          f"{span(setup['separated'])} "
+          "(separated), half the episodes each; C alone is the (A) model with the same seed. Each trains until it "
+          "fits its own mix (the mixed model: C and S together) or the cap; both are measured on C. Cells: C's "
+          "mean accuracy change "
+          f"(mixed minus alone) in each region, {setup['transfer_seeds']} seed(s).\n",
+          "| setting | encoding | C alone in range | C range | unseen (all) | below | between | S range | beyond |",
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for setting, by_encoding in data["C"].items():
+        for e, r in by_encoding.items():
+            cells = [f"{r['regions'][n]:+.2f} ({sign(r['regions'][n])})" if n in r["regions"] else "—"
+                     for n in ("C range", "unseen", "below", "between", "S range", "beyond")]
+            md.append(f"| {setting} | {e} | {spread(r['alone']['in_mean'])['mean']:.2f} | " + " | ".join(cells) + " |")
+    return md + verdict_block(data["verdicts"]["C"])
+
+
+def commands_section(data: dict, threads: int) -> list[str]:
+    """Every model's train.py command line, as run() trained it (model_argv over planned_models): any cell can
+    be retrained from it, or trained again with another --seed."""
+    setup = {k: tuple(tuple(x) if isinstance(x, list) else x for x in v) if isinstance(v, list) else v
+             for k, v in data["settings"].items()}  # JSON's lists back to the tuples planned_models keys on
+    args = argparse.Namespace(device=recorded_flag(data["command"], "device") or "cpu", threads=threads)
+    commands = ["python train.py " + " ".join(model_argv(setup, data["scale"], args, *key))
+                for key in dict.fromkeys(planned_models(setup))]
+    return ["", f"## Every model's train.py command ({len(commands)})", "",
+            "<details><summary>One line a model, in the order run() trains them; each writes the folder its --out "
+            "names</summary>", "", "```", *commands, "```", "", "</details>"]
+
+
+def markdown(data: dict) -> str:
+    """results/distance.md: setup and every change from Paper D, then per question the paper's finding, our
+    numbers and the verdict its sub-claims give; last, every model's train.py command. A probe's record (it has
+    "fits") gets its own page."""
+    if "fits" in data:
+        return probe_markdown(data)
+    jobs, threads = (int(recorded_flag(data["command"], flag) or 1) for flag in ("jobs", "threads"))
+    md = setup_section(data, jobs, threads) + design_section(data) + verdicts_section(data) + size_section(data)
+    md += ordering_section(data, "delay_copy", "A, delay copy") + ordering_section(data, "selective_copy",
+                                                                                   "A, selective copy")
+    md += diversity_section(data) + transfer_section(data) + commands_section(data, threads)
+    return "\n".join(md) + "\n"
+
+
+def probe_markdown(data: dict) -> str:
+    """results/distance-probe.md: the probe's cost, what it trained, and its steps to fit (a table)."""
+    setup = data["settings"]
+    rows = [probe_row(e, s) for e in DISTANCE_ENCODINGS for s in setup["sizes"]]
+    md = ["# Paper D's probe: steps to fit the training band, one seed a model", "", probe_cost(data), "",
+          f"(A)'s models (window {setup['window']}, m {setup['m']}, {setup['symbols']} symbols, delays "
+          f"{span(setup['band'])}, {setup['heads']} heads, lr {setup['lr']:g} with cosine decay over "
+          f"{setup['steps']} steps; ALiBi with the {ALIBI_SLOPE_HEADS}-head slopes) at every size of the sweep "
+          "(layers x width), seed 0, trained until "
+          f"accuracy >= {FIT_BAR} on held-out windows at the band's delays (checked every {setup['every']} steps) "
+          f"or {setup['steps']} steps; nothing outside the band is measured. Steps to fit, or the last check's "
+          "accuracy:", "", *probe_table(data["fits"], rows, "model"), "",
+          "Every model's train.py command: `results/distance-probe.json`."]
+    return "\n".join(md) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The figure: each encoding in one colour in every panel
+# ---------------------------------------------------------------------------------------------------------
+
+
+def encoding_lines(ax, series: dict[str, tuple[list, list]], ms: float = 6) -> None:
+    """One line per encoding, series[encoding] = (xs, ys), in the encoding's own colour."""
+    for e, (xs, ys) in series.items():
+        ax.plot(xs, ys, marker="o", ms=ms, label=e, **STYLES[e])
+
+
+def size_panel(ax, setup: dict, size: dict) -> None:
+    names = list(size)  # in the order the sweep lists them
+    encoding_lines(ax, {e: (list(range(len(names))), [spread(size[n][e]["in_mean"])["mean"] for n in names])
+                        for e in DISTANCE_ENCODINGS})
+    ax.set(xticks=range(len(names)), xticklabels=names, ylim=(-0.02, 1.02), xlabel="size (layers x width)",
+           ylabel="in-range accuracy",
+           title=f"size: C on {span(setup['band'])}, mean of {setup['size_seeds']} seed(s)")
+    ax.legend(fontsize=8)
+
+
+def diversity_panel(ax, part_b: dict, field: str, title: str) -> None:
+    """(B): a sum over delays (mean over seeds) against d_max."""
+    encoding_lines(ax, {e: (list(by_max), [spread(r[field])["mean"] for r in by_max.values()])
+                        for e, by_max in part_b.items()})
+    ax.set(xlabel="d_max (trained on [0, d_max])", title=title)
+    ax.legend(fontsize=8)
+
+
+def transfer_panel(ax, setup: dict, by_encoding: dict, setting: str, band: tuple[float, float]) -> None:
+    """(C): C's accuracy change (mixed minus alone) at every delay, with where C and S trained."""
+    encoding_lines(ax, {e: (r["alone"]["delays"], r["delta"]) for e, r in by_encoding.items()}, ms=3)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.axvspan(*band, color="grey", alpha=0.2, lw=0, label="C trained")
+    ax.axvspan(setup[setting][0] - 0.5, setup[setting][1] + 0.5, color="tab:purple", alpha=0.15, lw=0,
+               label="S trained")
+    ax.set(ylim=(-1.02, 1.02), xlabel="delay", ylabel="C accuracy: mixed - alone",
+           title=f"(C) transfer, S {setting} {span(setup[setting])}")
+    ax.legend(fontsize=8)
+
+
+def figure(data: dict):
+    """Size, (A) for C and S, (B) out-of-range sum and ratio against d_max, (C) C's change per delay, and (A)'s
+    best seed on C, as Paper D plots it. None for a probe's record (it has "fits"): it draws nothing."""
+    if "fits" in data:
+        return None
+    setup, part_a = data["settings"], data["A"]
+    band = (setup["band"][0] - 0.5, setup["band"][1] + 0.5)  # shade whole delays, so a one-delay band shows too
+
+    def draw(plt):
+        fig, axes = plt.subplots(2, 4, figsize=(18, 8))
+        size_panel(axes[0, 0], setup, data["size"])
+        for ax, task, label in ((axes[0, 1], "delay_copy", "(A) delay copy"),
+                                (axes[0, 2], "selective_copy", "(A) selective copy")):
+            curves = {e: seed_curve("delay", r["delays"], r["per_seed"], band="sd") for e, r in part_a[task].items()}
+            plot_curves(ax, curves, "delay", band, log_x=False, styles=STYLES)
+            ax.set_title(f"{label}, mean ± sd of {setup['seeds']} seed(s)")
+        diversity_panel(axes[0, 3], data["B"], "out_sum", "(B) out-of-range sum")
+        diversity_panel(axes[1, 0], data["B"], "ratio", "(B) out-of-range / in-range")
+        transfer_panel(axes[1, 1], setup, data["C"]["adjacent"], "adjacent", band)
+        transfer_panel(axes[1, 2], setup, data["C"]["separated"], "separated", band)
+        ax = axes[1, 3]
+        encoding_lines(ax, {e: (r["delays"], r["best"]) for e, r in part_a["delay_copy"].items()}, ms=3)
+        ax.axvspan(*band, color="grey", alpha=0.2, lw=0, label="trained")
+        ax.set(ylim=(-0.02, 1.02), xlabel="delay", ylabel="accuracy", title="(A) delay copy, best seed")
+        ax.legend(fontsize=8)
+        fig.suptitle(f"Distance generalization (Paper D) at small scale: window {setup['window']}, m {setup['m']}, "
+                     f"{setup['symbols']} symbols; (A)-(C) at {setup['layers']} layers x {setup['width']}; every "
+                     f"model trained until it fits or {setup['steps']} steps")
+        fig.tight_layout()
+        return fig
+
+    return draw
+
+
+def summary(data: dict) -> str:
+    """README.md's table: each of Paper D's questions, how many of its comparisons are reproduced, its verdict."""
+    rows = ["| question (Paper D) | comparisons reproduced | verdict |", "|---|---|---|"]
+    for name, r in data["verdicts"].items():
+        held = sum(c["verdict"] == "reproduced" for c in r["checks"])
+        rows.append(f"| {name} | {held} of {len(r['checks'])} | {short(r['verdict'])} |")
+    return "\n".join(rows) + "\n"
+
+
+def decide_again(data: dict) -> dict:
+    """The recorded results with their claims decided again from their numbers under the current rule
+    (eval.py --render)."""
+    measured = {part: data[part] for part in ("size", "A", "B", "C")}
+    data = dict(data)
+    data["verdicts"], data["caption"] = claims(data["settings"], measured)
+    return data

