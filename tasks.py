@@ -16,6 +16,8 @@ The tasks, in reading order:
   where randomized positions are known to help length generalization.
 - latest_recall: facts stated and restated among filler, the answer found by content and order (the kind of
   question BABILong and MRCR ask, on which Paper R, 2606.23687, measures Randomized YaRN).
+- multi_hop: chains of facts to follow hop by hop, each hop at a fixed distance whatever the length (the
+  kind of question that Paper R says inference-time scaling alone does not answer).
 - delay_copy, selective_copy, mixed_copy: the R/C/S token stream of Paper D (2609.11913), where a model
   must reproduce tokens it saw d steps earlier.
 
@@ -223,6 +225,50 @@ def latest_recall(batch, length, generator, keys=8, values=8, statements=4, fill
     return x, y, mask
 
 
+def multi_hop(batch, length, generator, keys=16, hops=3, chains=2, gap=0, fillers=8):
+    """
+    Chains of facts "a -> b", "b -> c", "c -> d" somewhere in filler, then a chain's first key as a query:
+    answer with its last key, following every hop (the shape of BABILong's three-supporting-facts questions and
+    RULER's variable tracking).
+
+    A chain's facts stand one after another, `gap` filler tokens apart, so every hop is read at the same
+    distance at every length: only where the chain sits, and so how far the query is from it, grows with the
+    sequence. (latest_recall is the other kind: its facts spread out as the filler grows.) `chains` chains
+    of distinct keys sit at random non-overlapping places; the other chains are the distractors.
+    Tokens: fillers 0..F-1, keys F..F+K-1, QUERY = F+K. The first length-2 tokens are filler and chains, each
+    chain 2 * hops + (hops - 1) * gap tokens; then QUERY and the queried chain's first key.
+    Example, keys=8, hops=2, chains=2, gap=1, fillers=2, length=16 (keys 2..9, QUERY 10; the chains are
+    9 -> 3 -> 4 at index 2 and 7 -> 8 -> 2 at index 9; the query is key 9, whose chain ends at 4):
+        x    = [ 0,  0,  9,  3,  1,  3,  4,  0,  0,  7,  8,  0,  8,  2, 10,  9]
+        y    = [ 0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  0,  4]
+        mask = [ F,  F,  F,  F,  F,  F,  F,  F,  F,  F,  F,  F,  F,  F,  F,  T]
+    """
+    span = 2 * hops + (hops - 1) * gap  # the tokens of one chain
+    free = length - 2 - chains * span
+    if hops < 1 or chains < 1 or gap < 0 or free < 0 or keys < chains * (hops + 1):
+        raise ValueError(f"multi_hop needs hops, chains >= 1, gap >= 0, keys >= chains * (hops + 1) and length >= "
+                         f"chains * (2 hops + (hops - 1) gap) + 2, got keys={keys}, hops={hops}, chains={chains}, "
+                         f"gap={gap}, length={length}")
+    key0, query = fillers, fillers + keys
+    x = torch.randint(fillers, (batch, length), generator=generator)
+    y = torch.zeros_like(x)
+    fact = torch.arange(hops) * (2 + gap)  # where each fact of a chain starts, from the chain's start
+    for row in range(batch):
+        chain_keys = (key0 + torch.randperm(keys, generator=generator)[:chains * (hops + 1)]).view(chains, hops + 1)
+        # chains * span tokens in free + chains * span places, in order: the fillers before chain i are the
+        # i-th of `chains` sorted draws from 0..free (every arrangement of chains and filler equally likely)
+        before = torch.randint(free + 1, (chains,), generator=generator).sort().values
+        for i, start in enumerate((before + torch.arange(chains) * span).tolist()):
+            x[row, start + fact] = chain_keys[i, :-1]
+            x[row, start + fact + 1] = chain_keys[i, 1:]
+        asked = int(torch.randint(chains, (1,), generator=generator))
+        x[row, -2:] = torch.tensor([query, int(chain_keys[asked, 0])])
+        y[row, -1] = chain_keys[asked, -1]
+    mask = torch.zeros(batch, length, dtype=torch.bool)
+    mask[:, -1] = True
+    return x, y, mask
+
+
 # -----------------------------------------------------------------------------
 # delay copy and selective copy (Paper D): a stream of episodes, cropped to a window
 #
@@ -388,6 +434,8 @@ TASKS: dict[str, Task] = {
                                "key-value pairs, then a key: predict its value"),
     "latest_recall": Task(latest_recall, lambda keys, values, fillers, **_: fillers + keys + values + 1,
                           "facts key=value stated and restated among filler; a key: predict its latest value"),
+    "multi_hop": Task(multi_hop, lambda keys, fillers, **_: fillers + keys + 1,
+                      "chains of facts a->b->c->d in filler, a chain's first key: follow it to its last key"),
     "delay_copy": Task(delay_copy, lambda symbols, **_: symbols + 2,
                        "Paper D's C task: reproduce m tokens after a delay of d fillers"),
     "selective_copy": Task(selective_copy, lambda symbols, **_: symbols + 2,

@@ -14,7 +14,7 @@ BATCH = 64
 # a small length that every task accepts with its default options
 SMALL_LENGTH = {
     "retrieval": 12, "shift": 12, "copy": 11, "reverse": 11, "duplicate": 11, "associative_recall": 12,
-    "latest_recall": 12,
+    "latest_recall": 12, "multi_hop": 14,
     "delay_copy": 30, "selective_copy": 30, "mixed_copy": 40,
 }
 
@@ -84,6 +84,8 @@ def test_unknown_task_and_option_raise():
     ("duplicate", 2, {}),
     ("associative_recall", 2, {}),
     ("latest_recall", 9, {}),  # 4 two-token statements, then QUERY and the key: 10 tokens
+    ("multi_hop", 13, {}),  # 2 chains of 3 adjacent two-token facts, then QUERY and the key: 14 tokens
+    ("multi_hop", 21, {"gap": 2}),  # each chain 6 + 2 x 2 fillers: 2 x 10 + 2 = 22 tokens
     ("delay_copy", 22, {}),  # one episode at d=14 is 4 + 1 + 14 + 1 + 4 = 24 tokens: needs length >= 23
     ("delay_copy", 20, {"delays": (3, 12)}),
     ("selective_copy", 22, {}),
@@ -184,6 +186,62 @@ def test_latest_recall_labels(length):
         assert len(set(values_of_asked)) >= 2  # stated at least twice, and not always with the same value
         assert ys[-1] == values_of_asked[-1] and ys[:-1] == [0] * (length - 1)
         assert ms == [False] * (length - 1) + [True]
+
+
+def hop_facts(body: list[int], is_key) -> list[tuple[int, int, int]]:
+    """(index, source, target) of every fact in a multi_hop row's body: its key tokens come in runs (a fact,
+    or a chain's facts back to back when gap is 0, or two chains side by side), read two at a time."""
+    facts, i = [], 0
+    while i < len(body):
+        if not is_key(body[i]):
+            i += 1
+            continue
+        end = i
+        while end < len(body) and is_key(body[end]):
+            end += 1
+        assert (end - i) % 2 == 0, "a run of keys is whole facts"
+        facts += [(j, body[j], body[j + 1]) for j in range(i, end, 2)]
+        i = end
+    return facts
+
+
+@pytest.mark.parametrize("length, gap", [(14, 0), (40, 0), (40, 1), (97, 3)])
+def test_multi_hop_labels(length, gap):
+    """Follow the facts as a reader would: from the queried key, each fact's target is the next fact's source,
+    `hops` times; the answer is where that ends. Bugs caught: one hop too few or too many, the distractor
+    chain's end, chains that share a key or overlap."""
+    keys, hops, chains, fillers = 9, 3, 2, 4
+    x, y, mask = batch_of("multi_hop", length, keys=keys, hops=hops, chains=chains, gap=gap, fillers=fillers)
+    query, is_key = fillers + keys, (lambda t: fillers <= t < fillers + keys)
+    for xs, ys, ms in zip(x, y, mask):
+        facts = hop_facts(xs[:-2], is_key)
+        follow = {source: target for _, source, target in facts}
+        assert len(facts) == chains * hops == len(follow), "every fact has a source of its own"
+        assert xs[-2] == query and xs[-1] in follow
+        key = xs[-1]
+        for _ in range(hops):
+            key = follow[key]
+        assert key not in follow, "the chain ends after `hops` hops"
+        assert ys[-1] == key and ys[:-1] == [0] * (length - 1)
+        assert ms == [False] * (length - 1) + [True]
+
+
+@pytest.mark.parametrize("gap", [0, 2])
+def test_multi_hop_hops_keep_their_distance_at_every_length(gap):
+    """The property the task exists for: each hop is read at 2 + gap tokens, however long the sequence (only
+    where the chain sits moves). Bug caught: facts spread over the filler as it grows, as latest_recall's do
+    (watched failing with the facts placed length // 16 apart)."""
+    for length in (32, 128, 512):
+        x, _, _ = batch_of("multi_hop", length, gap=gap)
+        for xs in x:
+            facts = hop_facts(xs[:-2], lambda t: 8 <= t < 8 + 16)
+            follow = {source: (index, target) for index, source, target in facts}
+            index, key = follow[xs[-1]]
+            starts = [index]
+            while key in follow:
+                index, key = follow[key]
+                starts.append(index)
+            assert [b - a for a, b in zip(starts, starts[1:])] == [2 + gap] * 2
 
 
 # delay tasks: parse the window from x alone. Control tokens come in pairs, but the window may begin inside
