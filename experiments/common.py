@@ -31,6 +31,7 @@ import resource
 import signal
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 
@@ -119,6 +120,11 @@ def rendered(name: str, function: str) -> str:
     with open(os.path.join(ROOT, "results", f"{name}.json"), encoding="utf-8") as f:
         data = json.load(f, object_hook=int_keys)
     return getattr(importlib.import_module(f"experiments.{name}_report"), function)(data)
+
+
+def wrapped(text: str, width: int = 110) -> str:
+    """A rendered sentence as README.md's prose is written: lines of at most `width` characters."""
+    return textwrap.fill(text, width, break_on_hyphens=False, break_long_words=False)
 
 
 def render_blocks(text: str, only: str | None = None) -> str:
@@ -234,7 +240,7 @@ def run_experiment(name: str, args) -> None:
         if args.render:  # the recorded command stays the one that measured the numbers; this says who decided
             markdown = markdown.rstrip("\n") + (f"\n\nVerdicts decided from these numbers by `python eval.py "
                                                 f"--experiment {name} --render` (the shared rule: "
-                                                "experiments/common.py).\n")
+                                                "experiments/stats.py).\n")
         write_results(results, markdown, data, report.figure(data), args.out_dir)
     if args.render and os.path.abspath(args.out_dir) == os.path.join(ROOT, "results"):
         for page in pages():  # the tables README.md and docs/ render from the results follow them

@@ -248,7 +248,7 @@ PAPER_D_FINDINGS = {
 # accuracy over the delays of a region. A comparison counts the seeds on which both of its models fitted their
 # training band (train.py's fit check); it is UNFIT when either model fitted on fewer than two thirds of its
 # seeds. The size comparisons are the exception: they measure fitting itself, on every seed. All comparisons
-# of the experiment are one family (Holm); a finding needs each of its own.
+# of the experiment are one family (stats.decide: simultaneous intervals); a finding needs each of its own.
 
 
 def region_mean(result: dict, inside) -> list[float]:

@@ -13,10 +13,10 @@ import re
 
 from eval import plot_curves
 from experiments.common import (ALIBI_SLOPE_HEADS, cpu_per_step, fmt, line_styles, probe_cell, probe_cost, probe_table,
-                                seed_curve, spread)
+                                seed_curve, spread, wrapped)
 from experiments.distance import (DISTANCE_ENCODINGS, PAPER_D_FINDINGS, PRESETS, TRANSFER_MARGIN, claims, model_argv,
                                   planned_models, probe_row, size_name)
-from experiments.stats import FIT_BAR, THRESHOLD, UNFIT, short
+from experiments.stats import FIT_BAR, THRESHOLD, UNFIT, rule_text, short
 
 STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every panel
 NOPE_MIXED_UNFIT = "in the run at commit df12742 NoPE's mixed_copy models fitted on 0 of 6 seeds within 6000 steps"
@@ -178,11 +178,11 @@ def verdicts_section(data: dict) -> list[str]:
     md.append(f"\nEach question is made of comparisons below, each a gain in accuracy measured per seed, seed s of "
               "one model against seed s of the other, on the seeds where both fitted their training band (train.py's "
               f"fit check, accuracy >= {FIT_BAR}); *{UNFIT}* when one fitted on fewer than two thirds of its seeds. "
-              "The size comparisons measure fitting itself, so they count every seed. The shared "
-              f"rule decides each: reproduced when the mean is >= {THRESHOLD} and the interval lies above 0, "
-              f"reversed in the mirror image, smaller than claimed when the interval lies below {THRESHOLD}, "
-              "undecided otherwise or with fewer than 3 seeds. " + data["caption"] + " A question is reproduced "
-              "when each of its comparisons is, fails (partly) when one fails, and is undecided otherwise.\n")
+              "The size comparisons measure fitting itself, so they count every seed. "
+              + rule_text(THRESHOLD, "this project's +0.05: Paper D reports curves, not a gap in these units",
+                          "each seed (seed s against seed s)") + " " + data["caption"] + " A question is "
+              "reproduced when each of its comparisons is, fails (partly) when one fails, and is undecided "
+              "otherwise.\n")
     return md
 
 
@@ -384,7 +384,14 @@ def summary(data: dict) -> str:
     for name, r in data["verdicts"].items():
         held = sum(c["verdict"] == "reproduced" for c in r["checks"])
         rows.append(f"| {name} | {held} of {len(r['checks'])} | {short(r['verdict'])} |")
-    return "\n".join(rows) + "\n"
+
+    def said(c):
+        interval = f" [{c['low']:+.3f}, {c['high']:+.3f}]" if "low" in c else ""
+        what = c["what"].replace(" at unseen delays", "").replace(" - ", " − ")
+        return f"{what} {c['mean']:+.3f}{interval} ({short(c['verdict'])})"
+    a = "; ".join(f"{task.split(', ')[1]}: " + ", ".join(said(c) for c in data["verdicts"][task]["checks"])
+                  for task in ("A, delay copy", "A, selective copy"))
+    return "\n".join(rows) + "\n\n" + wrapped(f"(A) at unseen delays, {a}.") + "\n"
 
 
 def decide_again(data: dict) -> dict:

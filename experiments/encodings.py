@@ -161,7 +161,7 @@ def chance(task: str) -> float:
 #
 # A comparison "A beats B" is measured on the tasks where both cells fitted (MIN_SEEDS seeds or more, every one
 # fitted). Per seed, the mean over those tasks of A's accuracy beyond L minus B's; the seeds are the
-# independent units. Every comparison of the claims table is one family (stats.decide: Holm over the table),
+# independent units. Every comparison of the claims table is one family (stats.decide: simultaneous intervals),
 # "undecided (models did not fit)" when no task has both cells fitted. A claim that A beats several encodings
 # needs each comparison (stats.all_of).
 
@@ -180,7 +180,7 @@ FIELDS = {"NoPE generalizes best": KAZEMNEJAD, "FIRE generalizes best": FIRE_FIE
 
 
 def comparisons(tasks_: list[str], randomized: list[str]) -> dict[str, list[tuple[str, str, str]]]:
-    """The claims table's comparisons, one Holm family: each a list of (task, better, worse) cells, pooled by
+    """The claims table's comparisons, one family: each a list of (task, better, worse) cells, pooled by
     gain(). `randomized`: the encodings trained with randomized ids too."""
     family = {"randomized positions help": [(t, label(e, "randomized"), e) for e in randomized for t in tasks_],
               "xPos beats RoPE": [(t, "xpos", "rope") for t in tasks_]}

@@ -30,7 +30,7 @@ import hf
 import train
 from eval import evaluate_llm
 from experiments.common import command_line, map_jobs, preset_name
-from experiments.stats import FIT_BAR, caption, decide
+from experiments.stats import FIT_BAR, UNFIT, caption, decide, detectable, spread_of, unit_verdict
 from runs import UsageError, read_fit, save_atomic
 
 # ---------------------------------------------------------------------------------------------------------
@@ -228,8 +228,10 @@ def comparisons(results: dict, lengths: list[int]) -> tuple[list[dict], str]:
     reproduced when the adjusted interval of the seed-averaged log p difference lies above 0, reversed when
     below, undecided otherwise; undecided (seeds disagree) when the seed pairs' mean differences do not all
     have the verdict's sign; undecided (models did not fit) when any run it compares did not fit. Two families:
-    the primary comparison at the longest length alone, and the rest together (Holm). `detectable`: the
-    adjusted interval's half-width. A verdict that exact match contradicts (the other sign) says so."""
+    the primary comparison at the longest length alone, and the rest together. `detectable`: the smallest mean
+    difference these prompts would find with 80 % power at the family's level (stats.detectable). A verdict
+    that exact match contradicts (the other sign) says so. `seed_verdict`: the same comparison with the seed
+    pairs as the units (each pair's mean over prompts), which carries the fine-tuning seeds' own variance."""
     table = {f"{b} - {w} at {n}": paired(results, b, w, n) for b, w in COMPARISONS
              if seed_pairs(results, b, w) for n in lengths}
     primary = f"{PRIMARY[0]} - {PRIMARY[1]} at {lengths[-1]}"
@@ -250,8 +252,12 @@ def comparisons(results: dict, lengths: list[int]) -> tuple[list[dict], str]:
         elif sign and c["exact"] * sign < 0:
             verdict += " (exact match disagrees)"
         mean, (low, high) = d.get("mean", float("nan")), (d.get("low", float("nan")), d.get("high", float("nan")))
+        sd = spread_of(c["differences"]) if c["prompts"] > 1 else float("nan")
+        found = detectable(sd, c["prompts"], d["level"]) if "low" in d else float("nan")
         out.append({**{k: v for k, v in c.items() if k != "differences"}, "logprob": mean, "low": low,
-                    "high": high, "detectable": (high - low) / 2, "verdict": verdict, "primary": key == primary})
+                    "high": high, "sd": sd, "level": d.get("level"), "detectable": found, "verdict": verdict,
+                    "primary": key == primary,
+                    "seed_verdict": unit_verdict(c["per_seed"], 0.0)["verdict"] if fit[key] else UNFIT})
     return out, " ".join(captions)
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import finetune
 from eval import plot_curves
-from experiments.common import line_styles
+from experiments.common import line_styles, wrapped
 from experiments.llm import FACTOR, LORA, LR, MODELS, PRIMARY, comparisons
-from experiments.stats import FIT_BAR, UNFIT, short
+from experiments.stats import FIT_BAR, UNFIT, short, units_needed
 
 LABELS = {
     "base": "SmolLM2-135M-Instruct as it is",
@@ -93,50 +93,60 @@ def comparisons_section(data: dict) -> list[str]:
     setup, context = data["settings"], data["context"]
     lines = [f"## Comparisons at every length, prompt by prompt (the model's own context: {context} tokens)", "",
              "The rule: each prompt's difference in the answer's log-probability is averaged over the fine-tuning "
-             "seed pairs (seed k against seed k: the same training samples); a comparison is reproduced when the "
-             "adjusted t-interval over prompts lies above 0 and every seed pair's mean difference is above 0, "
-             "reversed when both lie below, undecided (seeds disagree) when the interval excludes 0 but a seed pair "
-             "does not agree, undecided otherwise. Primary (named before the run): "
+             "seed pairs (seed k against seed k: the same training samples), and decided by the shared rule "
+             "(experiments/stats.py) with prompts as the units and no claimed size (any gain counts): reproduced "
+             "when the interval, at confidence 1 - 0.05 / m for a table of m, lies above 0, reversed when below, "
+             "undecided (with the estimate's sign) otherwise; undecided (seeds disagree) when the interval excludes "
+             "0 but a seed pair's mean difference is on the other side. Primary (named before the run): "
              f"{PRIMARY[0]} − {PRIMARY[1]} at the longest length, a family of its own; the rest are exploratory, one "
-             "family (Holm). A comparison with a fine-tune that did not reach the fit bar (exact match >= "
+             "family. A comparison with a fine-tune that did not reach the fit bar (exact match >= "
              f"{FIT_BAR} on held-out prompts at {setup['train_len']} tokens, its fine-tuning length) is undecided "
-             "(models did not fit). *detectable*: the interval's half-width, the smallest mean difference in log p "
-             "these prompts could tell from 0. Exact match is reported beside log p; a verdict it contradicts says so.",
+             "(models did not fit). *detectable*: the smallest mean difference in log p these prompts would find "
+             "with 80 % power at the family's level (noncentral t). Prompts are not the only source of variance: "
+             "*seed-level* decides the same difference with the fine-tuning seed pairs as the units (fewer than 3: "
+             "no verdict), which the prompt-level interval leaves out. Exact match is reported beside log p; a "
+             "verdict it contradicts says so.",
              "", data["caption"], "",
              "| better − worse | tokens | prompts | log p difference [adjusted t] | per seed pair | detectable | "
-             "top-1 difference | exact difference | verdict |", "|---|---:|---:|---:|---|---:|---:|---:|---|"]
+             "top-1 difference | exact difference | verdict | seed-level |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---|---|"]
     for c in data["comparisons"]:
         interval = f"[{c['low']:+.2f}, {c['high']:+.2f}] | " if c["low"] == c["low"] else "| "
         per_seed = ", ".join(f"{x:+.2f}" for x in c["per_seed"])
-        detect = f"{c['detectable']:.2f}" if c["low"] == c["low"] else "—"
+        detect = f"{c['detectable']:.2f}" if c["detectable"] == c["detectable"] else "—"
         name = f"**{c['better']} − {c['worse']}** (primary)" if c["primary"] else f"{c['better']} − {c['worse']}"
         lines.append(f"| {name} | {c['length']} | {c['prompts']} | {c['logprob']:+.2f} {interval}{per_seed} | "
-                     f"{detect} | {c['top1']:+.2f} | {c['exact']:+.2f} | **{c['verdict']}** |")
+                     f"{detect} | {c['top1']:+.2f} | {c['exact']:+.2f} | **{c['verdict']}** | "
+                     f"{c.get('seed_verdict', '—')} |")
     return lines + [""] + primary_cost(data)
 
 
 def primary_cost(data: dict) -> list[str]:
-    """What deciding the primary comparison would take, when its prompts did not: the prompts for 80 % power
-    to detect the observed mean difference at the observed spread (the half-width shrinks as 1 / sqrt(n); 80 %
-    power needs it at 1.96 / (1.96 + 0.84) of the mean, about 2.04x the prompts that bring it to the mean), and
-    their cost from the measured seconds per prompt of the runs compared."""
+    """What deciding the primary comparison would take, when its prompts did not: the prompts whose interval
+    would exclude 0 with 80 % power (noncentral t, at the family's level and the prompts' observed spread) if
+    the true difference were as large as the one observed, and their cost from the measured seconds per prompt
+    of the runs compared. A difference against the claim is said to be."""
     c = next((c for c in data["comparisons"] if c["primary"]), None)
     if c is None or not c["low"] == c["low"] or not c["verdict"].startswith("undecided"):
         return []
     if c["verdict"] == "undecided (seeds disagree)":
         return ["The primary comparison's seeds disagree: more fine-tuning seeds, not more prompts, would decide it."]
-    if abs(c["logprob"]) < 0.01 * c["detectable"]:
+    sd = c["sd"]
+    if abs(c["logprob"]) < 0.01 * sd:
         return [f"The primary comparison is undecided with a mean difference of {c['logprob']:+.2f}: no difference "
                 "to chase with more prompts."]
+    needed = units_needed(abs(c["logprob"]), sd, c["level"])
     runs = list(dict.fromkeys(m for pair in c["pairs"] for m in pair))
     rows = [r for m in runs for r in data["results"][m]["rows"] if r["length"] == c["length"]]
-    needed = 2.04 * c["prompts"] * (c["detectable"] / abs(c["logprob"])) ** 2
     cost = (f", about {needed * sum(r['seconds'] / r['samples'] for r in rows) / 3600:,.1f} hours of scoring on "
-            f"this run's machine ({data['machine']})" if all("seconds" in r for r in rows) else "")
-    return [f"The primary comparison is undecided: {c['prompts']} prompts tell {c['detectable']:.2f} from 0, and the "
-            f"mean difference is {c['logprob']:+.2f}. Detecting a difference that size with 80 % power would take "
-            f"about {needed:,.0f} prompts at {c['length']} tokens on each of {', '.join(runs)}{cost}. `--full` (a "
-            "larger design, for a GPU) measures more prompts at longer lengths."]
+            f"this run's machine ({data['machine']})" if needed and all("seconds" in r for r in rows) else "")
+    against = " It is against the claim: more prompts would, at best, show that." if c["logprob"] < 0 else ""
+    count = f"about {needed:,} prompts" if needed else "more than 10,000 prompts"
+    return [f"The primary comparison is undecided: with {c['prompts']} prompts it would find {c['detectable']:.2f} "
+            f"with 80 % power, and the mean difference is {c['logprob']:+.2f}. A true difference of that size "
+            f"({abs(c['logprob']):.2f}) would be found with 80 % power (noncentral t) by {count} at {c['length']} "
+            f"tokens on each of {', '.join(runs)}{cost}.{against} `--full` (a larger design, for a GPU) measures "
+            "more prompts at longer lengths."]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -153,7 +163,16 @@ def summary(data: dict) -> str:
         at = {r["length"]: r for r in result["rows"]}
         rows.append(f"| {method} | " + " | ".join(f"{at[n]['logprob']:.2f}" for n in lengths) + " | "
                     + " | ".join(f"{at[n]['accuracy']:.2f}" for n in lengths[-2:]) + " |")
-    return "\n".join(rows) + "\n"
+    c = next((c for c in data["comparisons"] if c["primary"]), None)
+    if c is None or c["low"] != c["low"]:
+        return "\n".join(rows) + "\n"
+    needed = units_needed(abs(c["logprob"]), c["sd"], c["level"]) if c.get("sd") == c.get("sd") else None
+    line = (f"Primary, {c['better']} − {c['worse']} at {c['length']} tokens, {c['prompts']} prompts: "
+            f"{c['logprob']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}] in log p, {short(c['verdict'])}; per seed pair "
+            f"{', '.join(f'{x:+.2f}' for x in c['per_seed'])}, seed-level {c.get('seed_verdict', '—')}."
+            + (f" A true difference of {abs(c['logprob']):.2f} would be found with 80 % power by about {needed} "
+               "prompts (noncentral t)." if needed else ""))
+    return "\n".join(rows) + "\n\n" + wrapped(line) + "\n"
 
 
 def comparisons_table(data: dict) -> str:

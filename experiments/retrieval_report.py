@@ -169,8 +169,8 @@ def markdown(data: dict) -> str:
 
 
 def summary(data: dict) -> str:
-    """README.md's and docs/why-rope-extrapolates.md's table: each claim (its name: what comes before a colon, else at most 78 characters) and
-    its verdict."""
+    """README.md's and docs/why-rope-extrapolates.md's table: each claim (its name: what comes before a colon,
+    else at most 78 characters) and its verdict."""
     def name(claim: str) -> str:
         claim = claim.split(":")[0]
         return claim if len(claim) <= 78 else claim[:claim.rfind(" ", 0, 77)] + " …"

@@ -31,7 +31,7 @@ from tqdm import tqdm
 from eval import evaluate, load_run
 from experiments.common import (beyond, command_line, cpu_seconds, map_jobs, preset_name, runtime, spread,
                                 train_once)
-from experiments.stats import FIT_BAR, THRESHOLD, decide, short
+from experiments.stats import FIT_BAR, THRESHOLD, decide
 from runs import read_fit
 
 # ---------------------------------------------------------------------------------------------------------
@@ -199,17 +199,17 @@ CLAIMS = {
 PRIMARY = ("ryarn > yarn beyond L", "ryarn > zero-shot+yarn beyond L", "ryarn's gain over yarn grows with length")
 
 
-def base_gains(accuracy: dict, better: str, worse: str, measure_, fitted: dict) -> list[float]:
-    """The gain on each base where both sides fitted (fitted[method][base]): the mean over its fine-tuning seeds
-    of measure(better) - measure(worse), seed by seed; a side that was not fine-tuned (zero-shot,
-    zero-shot+yarn) has one value per base."""
-    gains = []
+def base_gains(accuracy: dict, better: str, worse: str, measure_, fitted: dict) -> dict[int, float]:
+    """base -> the gain on that base, where both sides fitted (fitted[method][base]): the mean over its
+    fine-tuning seeds of measure(better) - measure(worse), seed by seed; a side that was not fine-tuned
+    (zero-shot, zero-shot+yarn) has one value per base."""
+    gains = {}
     for base, (b_runs, w_runs) in enumerate(zip(accuracy[better], accuracy[worse])):
         if not (fitted[better][base] and fitted[worse][base]):
             continue
         n = max(len(b_runs), len(w_runs))
         pairs = [(b_runs[i % len(b_runs)], w_runs[i % len(w_runs)]) for i in range(n)]
-        gains.append(sum(measure_(b) - measure_(w) for b, w in pairs) / n)
+        gains[base] = sum(measure_(b) - measure_(w) for b, w in pairs) / n
     return gains
 
 
@@ -226,23 +226,29 @@ def fitted_models(data: dict, fit_bar: float, validation: dict | None = None) ->
 
 
 def claims(data: dict, fit_bar: float) -> dict:
-    """The primary claims at every rate of the grid, matched (one family: Holm over claims x rates), each with a
-    summary of where it holds; the exploratory claims at each method's validation-chosen rate (another family).
-    A gain is measured on the bases where both sides fitted."""
+    """Three families, each decided at once (stats.decide). Primary: each PRIMARY claim pooled over the matched
+    learning rates of the grid, one gain per base, the mean over the rates at which both sides fitted on it
+    (never the best rate picked afterwards). Exploratory: the same claims at each rate alone (by_rate), and
+    every other claim at each method's validation-chosen rate. A gain is measured on the bases where both
+    sides fitted."""
     matched = {}
     for lr in data["by_rate"]["ryarn"]:
         accuracy, validation = at_rate(data, lr)
         fitted = fitted_models({**data, "accuracy": accuracy}, fit_bar, validation)
         matched |= {(name, lr): base_gains(accuracy, *CLAIMS[name][1:], fitted) for name in PRIMARY}
-    decided = decide({f"{name} at lr {lr}": g for (name, lr), g in matched.items()}, THRESHOLD)
-    out = {name: {"better": CLAIMS[name][1], "worse": CLAIMS[name][2], "primary": True,
-                  "by_rate": {lr: decided[f"{name} at lr {lr}"] for (n, lr) in matched if n == name}}
+    pooled = {}
+    for name in PRIMARY:
+        at = [gains for (n, _), gains in matched.items() if n == name]
+        pooled[name] = [sum(g[b] for g in at if b in g) / sum(b in g for g in at)
+                        for b in sorted({b for g in at for b in g})]
+    primary = decide(pooled, THRESHOLD)
+    by_rate = decide({f"{name} at lr {lr}": list(g.values()) for (name, lr), g in matched.items()}, THRESHOLD)
+    out = {name: {"better": CLAIMS[name][1], "worse": CLAIMS[name][2], "primary": True, **primary[name],
+                  "by_rate": {lr: by_rate[f"{name} at lr {lr}"] for (n, lr) in matched if n == name}}
            for name in PRIMARY}
-    for result in out.values():
-        result["verdict"] = over_rates(result["by_rate"])
     exploratory = [name for name in CLAIMS if name not in PRIMARY]
     fitted = fitted_models(data, fit_bar)
-    gains = {name: base_gains(data["accuracy"], *CLAIMS[name][1:], fitted) for name in exploratory}
+    gains = {name: list(base_gains(data["accuracy"], *CLAIMS[name][1:], fitted).values()) for name in exploratory}
     decided = decide(gains, THRESHOLD)
     return out | {name: {"better": CLAIMS[name][1], "worse": CLAIMS[name][2], "primary": False, **decided[name]}
                   for name in exploratory}
@@ -254,15 +260,6 @@ def at_rate(data: dict, lr: str) -> tuple[dict, dict]:
     accuracy = {m: data["accuracy"][m] for m in ("zero-shot", "zero-shot+yarn")}
     accuracy |= {m: data["by_rate"][m][lr] for m in GRID_METHODS}
     return accuracy, {m: data["by_rate_validation"][m][lr] for m in GRID_METHODS}
-
-
-def over_rates(by_rate: dict) -> str:
-    """A primary claim's verdict over the grid: what it is at every rate, or where it holds and where not."""
-    outcomes = {lr: short(r["verdict"]) for lr, r in by_rate.items()}
-    if len(set(outcomes.values())) == 1:
-        return f"{next(iter(outcomes.values()))} at every rate"
-    return "; ".join(f"{v} at {', '.join(lr for lr, o in outcomes.items() if o == v)}"
-                     for v in dict.fromkeys(outcomes.values()))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ def test_verdicts_follow_the_numbers():
     assert claims["FIRE generalizes best"]["verdict"] == "partly reproduced"
     mixed = synthetic(lambda v, seed: 0.5 + (0.1 if v == "rope + rand" else 0.2 * (seed - 0.5) if "+ rand" in v
                                              else 0.0))
-    assert exp.claims(*mixed)[0]["randomized positions help"]["verdict"] == "undecided"  # the seeds disagree
+    assert exp.claims(*mixed)[0]["randomized positions help"]["verdict"].startswith("undecided, estimate +")
     two_seeds = synthetic(lambda v, seed: 0.5 + (0.2 if v.endswith("+ rand") else 0.0))
     for t in two_seeds[2]:
         for row in two_seeds[0][t]:
@@ -91,7 +91,7 @@ def test_verdicts_follow_the_numbers():
 
 def test_the_fit_gate_decides_what_a_claim_can_say():
     """The issue's two grids. Randomized models that did not fit: undecided (models did not fit), though they
-    lose beyond L. The same models fitted and losing by a hair on every seed: smaller than claimed. Bugs
+    lose beyond L. The same models fitted and losing by a hair on every seed: reversed. Bugs
     caught: the gate ignored (then "not reproduced" rests on models that never learned the task), or applied to the
     wrong cells (then the fitted grid is undecided too)."""
     def worse(v, seed):
@@ -103,7 +103,7 @@ def test_the_fit_gate_decides_what_a_claim_can_say():
                                                                     "not fitted")
     assert unfit["NoPE generalizes best"]["verdict"] != stats.UNFIT  # contiguous cells fitted: still measured
     fitted = exp.claims(*synthetic(worse))[0]
-    assert fitted["randomized positions help"]["verdict"].startswith("smaller than claimed")
+    assert fitted["randomized positions help"]["verdict"] == "reversed"  # a hair, but below 0 on every seed
     one_task = exp.claims(*synthetic(worse, fits=lambda row, task: task == "copy" or "+ rand" not in row))[0]
     assert one_task["randomized positions help"]["tasks"] == ["copy"] * 8  # one (encoding, task) pair each
     one_seed = synthetic(worse)

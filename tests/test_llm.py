@@ -318,7 +318,7 @@ def test_llm_comparison_is_prompt_paired():
     flipped: the verdict must follow the per-prompt differences, with a t-interval (4 prompts: 3.18 standard
     errors, not 1.96, for a table of one comparison); exact match contradicting it said beside it; and a
     fine-tune whose fit check never reached the bar (fit.json's steps_to_fit None) decides nothing."""
-    from experiments import llm
+    from experiments import llm, stats
 
     results = {"a": scored([-5.0, -3.0, -8.0, -1.0]), "b": scored([-6.0, -4.0, -9.0, -2.5])}
     pair = llm.paired(results, "a", "b", 100)
@@ -327,7 +327,9 @@ def test_llm_comparison_is_prompt_paired():
     try:
         (holds,), _ = llm.comparisons(results, [100])
         assert holds["logprob"] == pytest.approx(1.125) and holds["verdict"] == "reproduced"
-        assert holds["detectable"] == pytest.approx(3.182 * 0.25 / 2, rel=1e-3)  # sd of (1, 1, 1, 1.5) is 0.25
+        # detectable: the effect found with 80 % power (noncentral t), above the interval's half-width, 3.18 sd/2
+        assert holds["detectable"] == pytest.approx(stats.detectable(0.25, 4, 0.05))
+        assert holds["detectable"] > 3.182 * 0.25 / 2
         llm.COMPARISONS = [("b", "a")]
         assert llm.comparisons(results, [100])[0][0]["verdict"] == "reversed"
         results["a"] = scored([-5.0, -3.0, -8.0, -1.0], exact=0.5)  # exact match lower for the better one

@@ -23,7 +23,8 @@ those that elide part of the command with `...`.
 
 Python blocks (```python) run in a fresh namespace inside a scratch folder; those that import transformers skip
 without it, and those that train (call .backward()) are slow. The README's experiment sections may quote only
-numbers that their results/NAME.md holds.
+numbers that their results/NAME.md holds; each experiment's docs page (DOC_RESULTS) only signed numbers and
+intervals that its results/NAME.md or .json holds, except in its "How this design was chosen" section (HISTORY).
 """
 import configparser
 import contextlib
@@ -419,6 +420,57 @@ def test_readme_quotes_results_exactly():
     assert not missing, "numbers not in the linked results file:\n" + "\n".join(missing)
 
 
+# The docs page that explains each experiment, and the experiment it quotes.
+DOC_RESULTS = {"docs/randomized-yarn.md": "ryarn", "docs/distance.md": "distance", "docs/llm.md": "llm",
+               "docs/every-encoding.md": "encodings", "docs/why-rope-extrapolates.md": "retrieval"}
+# Sections with this heading tell how the design was chosen: they quote earlier designs' results from older
+# commits, which the current results no longer hold, so their numbers are not checked.
+HISTORY = "How this design was chosen"
+SIGNED = r"[-+]\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+# A signed number (+0.046, -0.28), with the interval that follows it when there is one ("+0.046 [+0.018,
+# +0.074]", checked as one quote), or an interval alone.
+QUOTE = re.compile(rf"(?<![\w.]){SIGNED}(?:\s*\[{SIGNED},\s*{SIGNED}\])?|\[{SIGNED},\s*{SIGNED}\]")
+
+
+def checked_prose(text: str) -> str:
+    """A docs page's prose without its fenced blocks, its rendered blocks (test_rendered.py checks those) and its
+    history sections (HISTORY); what is left out is blanked, so line numbers stay."""
+    text = re.sub(r"<!-- rendered by .*?<!-- end rendered -->", lambda m: "\n" * m.group(0).count("\n"),
+                  prose(text), flags=re.S)
+    lines, skip_below = text.split("\n"), None
+    for i, line in enumerate(lines):
+        heading = re.match(r"(#+) (.*)", line)
+        if heading and (skip_below is None or len(heading.group(1)) <= skip_below):
+            skip_below = len(heading.group(1)) if heading.group(2).strip() == HISTORY else None
+        if skip_below is not None:
+            lines[i] = ""
+    return "\n".join(lines)
+
+
+def unquoted_signed(text: str, name: str) -> list[str]:
+    """Signed numbers and intervals in a docs page's checked prose that results/NAME.md and results/NAME.json
+    do not hold as written (sign, digits and, for an interval, both ends with its estimate)."""
+    flat = lambda s: re.sub(r"\s+", " ", s.replace("\u2212", "-"))  # noqa: E731  (the minus sign U+2212)
+    held = flat(read(f"results/{name}.md") + " " + read(f"results/{name}.json"))
+    body, missing = checked_prose(text.replace("\u2212", "-")), []
+    for m in QUOTE.finditer(body):
+        quote = flat(m.group(0))
+        if not re.search(r"(?<![\d.])" + re.escape(quote) + r"(?!\d)", held):
+            missing.append(f"line {body.count(chr(10), 0, m.start()) + 1}: {quote}")
+    return missing
+
+
+@pytest.mark.parametrize("page", sorted(DOC_RESULTS))
+def test_docs_quote_their_results_exactly(page):
+    """Every signed number and interval in an experiment's docs page (outside code, rendered blocks and the
+    history of its design) is copied from that experiment's results, not remembered from an earlier run.
+    Bug caught: docs/distance.md kept "ALiBi - RoPE reproduced (C +0.209 [+0.023, +0.396])" after the rule
+    changed and results/distance.md said +0.209 [-0.011, +0.430], undecided."""
+    name = DOC_RESULTS[page]
+    missing = unquoted_signed(read(page), name)
+    assert not missing, f"{page}: numbers not in results/{name}.md or .json:\n" + "\n".join(missing)
+
+
 def test_readme_stays_a_short_tutorial():
     lines = read("README.md").splitlines()
     assert len(lines) <= 320, f"README.md has {len(lines)} lines: move explanations to docs/"
@@ -456,5 +508,12 @@ def test_every_kind_of_check_can_fail(tmp_path, monkeypatch):
     assert len(failures) == len(list(command_lines(BAD))), "\n".join(failures)
     assert broken_links("README.md", "[x](results/missing.md) [y](README.md#no-such-heading)")
     assert unquoted_numbers("### X\n[r](results/ryarn.md)\n| ryarn | 0.6789 |\n")
+    quoted = "ryarn - yarn is +0.046 [+0.018, +0.074]; -0.143 and [-0.117, -0.010].\n"
+    assert not unquoted_signed(quoted, "ryarn")
+    assert unquoted_signed(quoted.replace("+0.074]", "+0.075]"), "ryarn")  # one end of an interval
+    assert unquoted_signed(quoted.replace("-0.143", "+0.143"), "ryarn")  # the sign
+    assert unquoted_signed(quoted.replace("+0.046 [", "+0.055 ["), "ryarn")  # an estimate with another's interval
+    assert not unquoted_signed(f"## {HISTORY}\n\nan earlier design: -0.924\n", "ryarn")
+    assert unquoted_signed(f"## {HISTORY}\n\n-0.924\n\n## Next\n\n-0.924\n", "ryarn")
     with pytest.raises(ZeroDivisionError):
         exec("1 / 0", {})
