@@ -595,7 +595,7 @@ def refuse_unused(args, parser, flags, why) -> None:
 
 
 def check_runtime(args) -> None:
-    """Settings every run shares: optimiser numbers, the seed, threads, device."""
+    """Settings every run shares: optimizer numbers, the seed, threads, device."""
     if args.lr <= 0 or args.wd < 0 or args.warmup < 0:
         raise UsageError("--lr must be > 0, --wd and --warmup >= 0")
     if not -2 ** 63 <= args.seed < 2 ** 63:  # torch seeds are 64-bit

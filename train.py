@@ -6,7 +6,7 @@
                     --positions randomized --curriculum 32:256 --init runs/copy-pretrained
     python train.py --llm smollm2 --method ryarn --train-len 512 --steps 100     # finetune.py
 
-In reading order: the model and its optimiser; a batch and its position ids; one step; the fit check ("has it
+In reading order: the model and its optimizer; a batch and its position ids; one step; the fit check ("has it
 learned its task?"); the loop; the command; and last the command line and its checks, which turn the flags
 into a RunConfig (runs.py: one documented field per flag, saved as the run's config.json).
 
@@ -47,7 +47,7 @@ from runs import (MAX_SAMPLES, Interrupted, Parser, RunConfig, RunFolder, UsageE
 DEFAULTS = {"train_len": (8, 24), "steps": 1000, "lr": 1e-3, "warmup": 100, "batch": 32, "factor": 1.0}
 
 # ---------------------------------------------------------------------------------------------------------
-# The model and its optimiser
+# The model and its optimizer
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -112,7 +112,7 @@ def learning_rate(step: int, lr: float, warmup: int, steps: int) -> float:
 
 
 def take_step(cfg: RunConfig, step: int, model: lengen.GPT, forward, optimizer, x, y, mask, positions) -> tuple:
-    """One optimiser step on a batch (forward: the model, or its compiled twin); returns (loss, logits). A loss
+    """One optimizer step on a batch (forward: the model, or its compiled twin); returns (loss, logits). A loss
     that is not finite stops training before anything of this step is applied or saved."""
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(step, cfg.lr, cfg.warmup, cfg.steps)
@@ -209,7 +209,7 @@ def train(cfg: RunConfig, on_step=None) -> lengen.GPT:
 
 def restore(out: str, model: lengen.GPT, optimizer, data_rng: torch.Generator, position_rng: torch.Generator,
             fit: dict) -> tuple[int, dict]:
-    """Load the run's checkpoint into the model, the optimiser and the generators; returns its step and its fit
+    """Load the run's checkpoint into the model, the optimizer and the generators; returns its step and its fit
     record (`fit` for a run saved without one). The log is cut back to that step: a run killed after logging
     past its last checkpoint logs those steps again."""
     ckpt = load_checkpoint(out)

@@ -182,7 +182,7 @@ PRESETS = {
 
 def retrieval_sweep(steps: int) -> list[tuple[str, list[str]]]:
     """Claim 8: one change at a time from the recipe above (offset 3, lengths 5..24). --wd decays every 2-D
-    weight (q/k among them), as train.py's optimiser does."""
+    weight (q/k among them), as train.py's optimizer does."""
     return [("weight decay 0.1", ["--wd", "0.1"]),
             ("weight decay 1.0", ["--wd", "1.0"]),
             ("head dim 16", ["--dim", "16"]),
