@@ -455,6 +455,6 @@ def test_every_kind_of_check_can_fail(tmp_path, monkeypatch):
     failures = check_page_commands("BAD", BAD, monkeypatch)
     assert len(failures) == len(list(command_lines(BAD))), "\n".join(failures)
     assert broken_links("README.md", "[x](results/missing.md) [y](README.md#no-such-heading)")
-    assert unquoted_numbers("### X\n[r](results/ryarn.md)\n| ryarn | 0.6789 |\n")
+    assert unquoted_numbers("### X\n[r](results/retrieval.md)\n| ryarn | 0.6789 |\n")
     with pytest.raises(ZeroDivisionError):
         exec("1 / 0", {})
