@@ -55,11 +55,17 @@ def plan(probe: dict) -> list[str]:
     default, full = PRESETS["default"], PRESETS["full"]
     pre = [f["steps_to_fit"] for f in probe["fits"]["pretraining"].values()]
     tunes = [f["steps_to_fit"] for task in probe["targets"] for f in probe["fits"][task].values()]
+    unfit = [f"{m} on {task}" for task in probe["targets"] for m, f in probe["fits"][task].items()
+             if f["steps_to_fit"] is None]
+    cap = probe["settings"]["probe_finetune"]
     out = ["## The default this plans", "",
            f"Pretraining: at most {default['pretrain']} steps, stopped at {default['pretrain_bar']} on the mix (the "
-           f"probe's bases: {', '.join(str(s) if s else 'not within the cap' for s in pre)}). Fine-tuning: "
-           f"{default['finetune']} steps for every model, never stopped at a bar (the probe's slowest fitted "
-           f"fine-tune needed {max((s for s in tunes if s), default='-')}; the budget must cover the slowest arm)."]
+           f"probe's bases: {', '.join(str(s) if s else 'not within the cap' for s in pre)}); the results list "
+           f"each base's pretraining accuracy. Fine-tuning: {default['finetune']} steps for every model at "
+           f"{', '.join(f'{lr:g}' for lr in default['lrs'])}, never stopped at a bar: the probe's slowest fitted "
+           f"fine-tune needed {max((s for s in tunes if s), default='-')}, and "
+           f"{', '.join(unfit) or 'none'} did not fit within its {cap} steps (the budget must cover the slowest "
+           "arm; one that still does not fit leaves its claims undecided, models did not fit)."]
     for name, setup in (("default", default), ("--full", full)):
         cost = planned_cost(probe, setup)
         parts = ", ".join(f"{k} {v:.0f}" for k, v in cost["cpu_min"].items())
@@ -188,8 +194,11 @@ def markdown(data: dict) -> str:
     if "zero_shot" in data:
         return probe_markdown(data)
     out = header(data) + rule(data)
-    pre = ", ".join(f"{r['steps_to_fit'] or 'cap'}" for r in data["pretraining"])
-    out += [f"Pretraining steps to the bar, by base: {pre}.", ""]
+    pre = ", ".join(str(r["steps_to_fit"]) if r["steps_to_fit"] else
+                    f"{r['last'][1]:.2f} at {r['last'][0]}" if r["last"][1] is not None else f"{r['last'][0]} steps"
+                    for r in data["pretraining"])
+    out += [f"Pretraining on the mix, by base: steps to {data['settings']['pretrain_bar']}, or the last check "
+            f"(a base under the bar still counts: the claims are about what fine-tuning does to it): {pre}.", ""]
     if "probe" in data:
         probe = data["probe"]
         out += ["## How this design was planned", "", "From [results/ryarn-probe.md](ryarn-probe.md): " +

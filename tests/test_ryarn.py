@@ -248,3 +248,16 @@ def test_ryarn_widens_its_range_from_l_ft_in_paper_r_stages(tmp_path):
         assert torch.all(positions[:, 1:] > positions[:, :-1]) and positions.min() >= 0
         assert positions.max() < lengen.LengthCurriculum(L_ft, top, steps, "paper-r")(step)
     assert max(int(p.max()) for step, p in fed if step >= 3 * steps // 5) >= L_ft + (top - L_ft) // 2
+
+
+def test_the_committed_probe_plans_the_default_and_renders_from_its_json():
+    """Bugs caught: a probe preset changed after its record (the default could not read how it was planned); a
+    probe page that says another plan than its json and the current presets give."""
+    from experiments import common
+    root = pathlib.Path(__file__).parents[1] / "results"
+    record = common.probe_on_record("ryarn", str(root), ryarn.PRESETS["probe"])
+    assert record is not None and set(record["design"]) == set(ryarn.TARGETS)
+    data = json.loads((root / "ryarn-probe.json").read_text())
+    assert ryarn_report.markdown(data) == (root / "ryarn-probe.md").read_text()
+    cost = ryarn_report.planned_cost(data, ryarn.PRESETS["default"])
+    assert cost["wall_min_at_2_jobs"] <= 80  # the default's budget, ~75 min on 2 cores, at the probe's rates
