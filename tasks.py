@@ -13,7 +13,8 @@ from `generator`, so a generator seeded the same way gives the same batch. Batch
 The tasks, in reading order:
 - retrieval, shift: fixed-offset retrieval (Paper A), with one query at the end or a target at every position.
 - copy, reverse, duplicate, associative_recall: algorithmic tasks in the style of Ruoss et al. (2305.16843),
-  where randomized positions are known to help length generalization.
+  where randomized positions are known to help length generalization; algorithmic_mix, rows of copy, reverse
+  and shift mixed (the pretraining of the ryarn experiment's bases).
 - latest_recall: facts stated and restated among filler, the answer found by content and order (the kind of
   question BABILong and MRCR ask, on which Paper R, 2606.23687, measures Randomized YaRN).
 - multi_hop: chains of facts to follow hop by hop, each hop at a fixed distance whatever the length (the
@@ -151,6 +152,28 @@ def duplicate(batch, length, generator, symbols=8):
         mask = [ F,  F,  F,  T,  T,  T,  T]
     """
     return _answer_task(batch, length, generator, symbols, "duplicate", lambda s: torch.cat([s, s], 1), 2)
+
+
+def algorithmic_mix(batch, length, generator, symbols=23, offset=3):
+    """
+    A mixture of three rows, each drawn with probability 1/3: copy, reverse (layout as above: PAD..., n symbols,
+    SEP, the answer) and shift (predict the symbol `offset` back at every position t >= offset).
+
+    A pretraining task for the ryarn experiment: the bases learn to read and write sequences by position at a
+    long context, over the same token ids as its targets (symbols 23: SEP = 23, PAD = 24, 25 ids, as many as
+    latest_recall with 8 keys, values and fillers, or multi_hop with 16 keys and 8 fillers) but never their
+    task: no row asks a question, and the targets' QUERY (id 24 there, PAD here) is never followed by an answer.
+    Tokens: symbols 0..symbols-1, SEP = symbols, PAD = symbols+1.
+    Example, symbols=8, offset=3, length=7, rows copy, reverse, shift (the first two as in copy's and
+    reverse's examples):
+        x    = [[ 9,  5,  1,  6,  8,  5,  1], [ 9,  5,  1,  6,  8,  6,  1], [ 7,  2,  1,  5,  3,  4,  0]]
+        y    = [[ 0,  0,  0,  0,  5,  1,  6], [ 0,  0,  0,  0,  6,  1,  5], [ 0,  0,  0,  7,  2,  1,  5]]
+        mask = [[ F,  F,  F,  F,  T,  T,  T], [ F,  F,  F,  F,  T,  T,  T], [ F,  F,  F,  T,  T,  T,  T]]
+    """
+    kind = torch.randint(3, (batch, 1), generator=generator)  # 0 copy, 1 reverse, 2 shift
+    made = [copy(batch, length, generator, symbols), reverse(batch, length, generator, symbols),
+            shift(batch, length, generator, symbols, offset)]
+    return tuple(torch.where(kind == 0, c, torch.where(kind == 1, r, s)) for c, r, s in zip(*made))
 
 
 def associative_recall(batch, length, generator, keys=16, values=16):
@@ -430,6 +453,8 @@ TASKS: dict[str, Task] = {
     "copy": Task(copy, lambda symbols, **_: symbols + 2, "read n symbols, write them again"),
     "reverse": Task(reverse, lambda symbols, **_: symbols + 2, "read n symbols, write them reversed"),
     "duplicate": Task(duplicate, lambda symbols, **_: symbols + 2, "read n symbols, write them twice"),
+    "algorithmic_mix": Task(algorithmic_mix, lambda symbols, **_: symbols + 2,
+                            "rows of copy, reverse and shift, mixed: the ryarn experiment's pretraining"),
     "associative_recall": Task(associative_recall, lambda keys, values, **_: keys + values + 1,
                                "key-value pairs, then a key: predict its value"),
     "latest_recall": Task(latest_recall, lambda keys, values, fillers, **_: fillers + keys + values + 1,

@@ -311,7 +311,7 @@ def curriculum_spec(text: str) -> tuple[int, int, str]:
 
 # Task options the command line knows; each task takes the ones in its signature (tasks.task_options).
 TASK_FLAGS = {"symbols": int, "offset": int, "m": int, "keys": int, "values": int, "statements": int, "fillers": int,
-              "delays": int_set, "selective_delays": int_set}
+              "hops": int, "chains": int, "delays": int_set, "selective_delays": int_set}
 
 
 def both(key: str, show=str) -> str:

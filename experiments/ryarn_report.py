@@ -1,247 +1,250 @@
 """The writing of the ryarn experiment (experiments/ryarn.py is the study: what it trains, measures and claims):
-results/ryarn.md, the figure results/ryarn.png, the claims table of README.md and docs/randomized-yarn.md
-(summary), and decide_again for python eval.py --experiment ryarn --render. How the design was chosen, design by
-design, is told in docs/randomized-yarn.md; the results point there.
+results/ryarn.md and its figure, results/ryarn-probe.md (the probe, and the default it plans), and decide_again
+for python eval.py --experiment ryarn --render. The earlier design, fine-tuning at the pretrained length, is
+results/ryarn-pretrained-length.md, an ablation told in docs/randomized-yarn.md.
 """
 from __future__ import annotations
 
-import tasks
 from eval import plot_curves
-from experiments.common import beyond, fmt, line_styles, seed_curve, spread, wrapped
-from experiments.ryarn import (CLAIMS, MODELS, MULTIPLES, PRESETS, TASK, TASK_OPTIONS, TEST_SEED, VALIDATION_SEED,
-                               claims, fitted_models)
-from experiments.stats import caption, detectable, rule_text, short
-
-# The results' one line on how the design was chosen; the history itself is prose in the experiment's docs page.
-DESIGN_HISTORY = ("How this design was chosen (five earlier designs, what each showed and what changed): "
-                  "[docs/randomized-yarn.md](../docs/randomized-yarn.md#how-this-design-was-chosen).")
+from experiments.common import fmt, line_styles, probe_cost, probe_table, seed_curve, spread
+from experiments.ryarn import (MODELS, PRESETS, PRETRAIN_TASK, READ_FACTORS, SOLVED_BAR, TARGETS, beyond_ft,
+                               beyond_pre, claims, probe_tunes)
+from experiments.stats import THRESHOLD, caption, rule_text
 
 
 def decide_again(data: dict) -> dict:
-    """The recorded results with their claims decided again from their numbers under the current rule and the
-    fit bar of their preset (python eval.py --experiment ryarn --render)."""
-    data = {**data, "fit_bar": PRESETS[data["scale"]]["fit_bar"]}
-    data["claims"] = claims(data, data["fit_bar"])
-    return data
+    """The recorded results with their claims decided again under the current rule."""
+    return {**data, "claims": claims(data)}
 
 
-def per_base(runs_by_base: list[list[list[float]]]) -> list[list[float]]:
-    """One accuracy list per base: the mean over that base's fine-tuning seeds at each length."""
-    return [[spread(values)["mean"] for values in zip(*runs)] for runs in runs_by_base]
+# ---------------------------------------------------------------------------------------------------------
+# The probe, and the default it plans
+# ---------------------------------------------------------------------------------------------------------
 
 
-def accuracy_table(by_method: dict, lengths: list[int]) -> list[str]:
-    """Mean ± sd over bases (each base: the mean over its seeds) at each length, and beyond L."""
-    rows = ["| method | " + " | ".join(map(str, lengths)) + " | beyond L |", "|---|" + "---:|" * (len(lengths) + 1)]
-    for method, runs_by_base in by_method.items():
-        bases = per_base(runs_by_base)
-        cells = [fmt(list(a), ".3f", "sd") for a in zip(*bases)] + [fmt([beyond(a) for a in bases], ".3f", "sd")]
-        rows.append(f"| {method} | " + " | ".join(cells) + " |")
+def cost_per_step(probe: dict) -> dict:
+    """CPU seconds per step of each stage, as the probe measured them (its zero-shot readings not counted)."""
+    fits = probe["fits"]
+    pre_steps = sum(f["last"][0] for f in fits["pretraining"].values())
+    ft_steps = sum(f["last"][0] for task in probe["targets"] for f in fits[task].values())
+    return {"pretraining": probe["stage_cpu_s"]["pretraining"] / pre_steps,
+            "fine-tuning": probe["stage_cpu_s"]["fine-tuning"] / ft_steps}
+
+
+def planned_cost(probe: dict, setup: dict) -> dict:
+    """What a preset costs at the probe's measured rates: CPU-minutes of pretraining (every base to its cap, the
+    high side), fine-tuning, and reading every model (as many readings as the study makes), and the wall-clock
+    minutes at 2 jobs."""
+    per = cost_per_step(probe)
+    bases, targets, lrs = len(setup["bases"]), len(TARGETS), len(setup["lrs"])
+    tunes = targets * lrs * bases * len(probe_tunes(setup))
+    # readings per target and base: the base (1 + factors), ft (1 + factors), rpe (1), yarn and every range (factors)
+    factors = len(READ_FACTORS)
+    reads = targets * bases * ((1 + factors) + lrs * ((1 + factors) + 1 + factors * (len(setup["ranges"]) + 1)))
+    one_read = probe["stage_cpu_s"]["one reading of one model"] * setup["samples"] / probe["settings"]["samples"]
+    minutes = {"pretraining": bases * setup["pretrain"] * per["pretraining"] / 60,
+               "fine-tuning": tunes * setup["finetune"] * per["fine-tuning"] / 60,
+               "reading": reads * one_read / 60}
+    return {"models": bases + tunes, "readings": reads, "cpu_min": minutes,
+            "wall_min_at_2_jobs": sum(minutes.values()) / 2}
+
+
+def plan(probe: dict) -> list[str]:
+    """How the default is planned from the probe: the pretraining cap and the fine-tuning budget against the steps
+    the probe needed, and the default's and --full's predicted cost."""
+    default, full = PRESETS["default"], PRESETS["full"]
+    pre = [f["steps_to_fit"] for f in probe["fits"]["pretraining"].values()]
+    tunes = [f["steps_to_fit"] for task in probe["targets"] for f in probe["fits"][task].values()]
+    unfit = [f"{m} on {task}" for task in probe["targets"] for m, f in probe["fits"][task].items()
+             if f["steps_to_fit"] is None]
+    cap = probe["settings"]["probe_finetune"]
+    out = ["## The default this plans", "",
+           f"Pretraining: at most {default['pretrain']} steps, stopped at {default['pretrain_bar']} on the mix (the "
+           f"probe's bases: {', '.join(str(s) if s else 'not within the cap' for s in pre)}); the results list "
+           f"each base's pretraining accuracy. Fine-tuning: {default['finetune']} steps for every model at "
+           f"{', '.join(f'{lr:g}' for lr in default['lrs'])}, never stopped at a bar: the probe's slowest fitted "
+           f"fine-tune needed {max((s for s in tunes if s), default='-')}, and "
+           f"{', '.join(unfit) or 'none'} did not fit within its {cap} steps (the budget must cover the slowest "
+           "arm; one that still does not fit leaves its claims undecided, models did not fit)."]
+    for name, setup in (("default", default), ("--full", full)):
+        cost = planned_cost(probe, setup)
+        parts = ", ".join(f"{k} {v:.0f}" for k, v in cost["cpu_min"].items())
+        out += ["", f"`{name}`: {len(setup['bases'])} bases, {cost['models']} models, {cost['readings']} readings: "
+                    f"{sum(cost['cpu_min'].values()):.0f} CPU-min ({parts}), so about "
+                    f"{cost['wall_min_at_2_jobs']:.0f} min wall at --jobs 2 --threads 1 on 2 free cores (pretraining "
+                    "counted to its cap: the high side)."]
+    return out
+
+
+def probe_markdown(data: dict) -> str:
+    setup, L_ft, L_pre = data["settings"], data["settings"]["ft_len"][1], data["settings"]["pre_len"][1]
+    bases = list(data["zero_shot"])
+    per = cost_per_step(data)
+    out = ["# Randomized YaRN on a small GPT: the probe", "", probe_cost(data), "",
+           f"Measured per stage: pretraining {1000 * per['pretraining']:.1f} CPU-s per 1000 steps (lengths "
+           f"{setup['pre_len'][0]}..{L_pre}), fine-tuning {1000 * per['fine-tuning']:.1f} CPU-s per 1000 steps "
+           f"(lengths {setup['ft_len'][0]}..{L_ft}); reading one model once (every test length and both validation "
+           f"lengths, {setup['samples']} sequences each): {data['stage_cpu_s']['one reading of one model']:.1f} CPU-s.",
+           "", f"**What it measures.** {len(bases)} bases ({setup['layers']}-layer RoPE GPTs) pretrained on "
+           f"`{PRETRAIN_TASK}` at L_pre = {L_pre} until held-out accuracy at L_pre reaches {setup['pretrain_bar']} "
+           f"(checked every 500 steps, at most {setup['pretrain']}); their zero-shot accuracy on each target; on "
+           f"{bases[0]}, every method fine-tuned at lr {setup['lrs'][0]:g} on each target at L_ft = {L_ft} until "
+           f"its held-out accuracy at L_ft reaches {setup['fit_bar']} (checked every 100 steps, at most "
+           f"{setup['probe_finetune']}). Nothing beyond L_ft is measured after fine-tuning: the probe plans the "
+           "budget, never by results.", "",
+           "## Pretraining", ""]
+    out += probe_table({"steps to the bar": data["fits"]["pretraining"]}, list(data["fits"]["pretraining"]), "base")
+    out += ["", "## Zero-shot accuracy on the targets (before any fine-tuning)", "",
+            "| base | " + " | ".join(f"{t} at {n}" for t in data["targets"] for n in (L_ft, L_pre)) + " |",
+            "|---|" + "---:|" * (2 * len(data["targets"]))]
+    out += [f"| {b} | " + " | ".join(f"{data['zero_shot'][b][t][str(n)]:.3f}" for t in data["targets"]
+                                    for n in (L_ft, L_pre)) + " |" for b in bases]
+    out += ["", f"Chance: latest_recall 1/{TARGETS['latest_recall']['values']}, multi_hop "
+                f"1/{TARGETS['multi_hop']['keys']} over keys (1/2 between the chains' ends).", "",
+            f"## Fine-tuning at L_ft on {bases[0]}: steps to fit", ""]
+    out += probe_table({t: data["fits"][t] for t in data["targets"]}, list(data["fits"][next(iter(data["targets"]))]),
+                       "method")
+    out += ["", "## The design, target by target", "",
+            f"A target is refused where a base already reaches {SOLVED_BAR} zero-shot at L_ft, or no method fits it "
+            "at L_ft within the probe's cap.", ""]
+    out += [f"- `{task}`: **{verdict}**" for task, verdict in data["design"].items()]
+    return "\n".join(out + [""] + plan(data)) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The results
+# ---------------------------------------------------------------------------------------------------------
+
+
+def per_base(by_lr: dict) -> list[list[float]]:
+    """One accuracy list per base: the mean over the learning rates at each length."""
+    runs = list(by_lr.values())
+    return [[spread(values)["mean"] for values in zip(*(run[b] for run in runs))] for b in range(len(runs[0]))]
+
+
+def length_label(n: int, setup: dict) -> str:
+    marks = {setup["ft_len"][1]: " (L_ft)", setup["pre_len"][1]: " (L_pre)",
+             setup["factor"] * setup["pre_len"][1]: " (s L_pre)"}
+    return f"{n}{marks.get(n, '')}"
+
+
+def accuracy_table(arms: dict, data: dict) -> list[str]:
+    """Mean ± sd over bases (each base: the mean over the rates) at each length, beyond L_ft and beyond L_pre."""
+    labels = [length_label(n, data["settings"]) for n in data["lengths"]]
+    rows = ["| method | " + " | ".join(labels) + " | beyond L_ft | beyond L_pre |",
+            "|---|" + "---:|" * (len(labels) + 2)]
+    for arm, by_lr in arms.items():
+        bases = per_base(by_lr)
+        cells = [fmt(list(a), ".3f", "sd") for a in zip(*bases)]
+        cells += [fmt([beyond_ft(a) for a in bases], ".3f", "sd"), fmt([beyond_pre(a) for a in bases], ".3f", "sd")]
+        rows.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def claims_table(results: dict, primary: bool) -> list[str]:
+    family = {f"{t}: {n}": r for t, by in results.items() for n, r in by.items() if r["primary"] == primary}
+    rows = [caption(family), "", "| target | claim | gain per base | mean [adjusted interval] | verdict |",
+            "|---|---|---|---|---|"]
+    for key, r in family.items():
+        task, name = key.split(": ", 1)
+        per = ", ".join(f"{g:+.3f}" for g in r["per_unit"]) or "-"
+        interval = f"{r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]" if "low" in r else \
+            f"{r['mean']:+.3f}" if "mean" in r else "-"
+        rows.append(f"| {task} | {name} | {per} | {interval} | **{r['verdict']}** |")
     return rows
 
 
 def header(data: dict) -> list[str]:
-    """The title, the command and what it cost, and the setup."""
-    setup, L, s = data["settings"], data["settings"]["L"], data["settings"]["factor"]
-    lengths = [m * L for m in MULTIPLES]
-    runtime = data["runtime"]
+    setup, rt = data["settings"], data["runtime"]
+    L_ft, L_pre, s = setup["ft_len"][1], setup["pre_len"][1], setup["factor"]
+    ranges = ", ".join(map(str, setup["ranges"]))
     return [
-        "# Randomized YaRN (Paper R, arXiv 2606.23687) on a small GPT", "",
+        "# Randomized YaRN (Paper R, arXiv 2606.23687) on a small GPT, in Paper R's regime", "",
         f"Command: `{data['command']}`  ",
-        f"Runtime: {runtime['wall_s'] / 60:.1f} min wall clock, {runtime['cpu_s'] / 60:.1f} min of CPU time "
-        f"({runtime['threads']} torch thread(s) in each of {runtime['jobs']} process(es) at once, "
-        f"{runtime['cores']} cores, shared with other work).", "",
-        f"**Setup.** Task `{TASK}` ({', '.join(f'{k}={v}' for k, v in TASK_OPTIONS.items())}; chance "
-        f"1/{TASK_OPTIONS['values']}): facts key=value among filler, the queried key stated at least twice with "
-        f"different values, answer its latest value. {len(setup['bases'])} RoPE GPTs ({setup['layers']} "
-        f"layers, 2 heads, dim 64), the bases, are pretrained from seeds {', '.join(map(str, setup['bases']))} at "
-        f"lengths {L // 2}..{L} with contiguous positions, so L = {L}, until held-out accuracy at L reaches "
-        f"{setup['pretrain_bar']} (at most {setup['pretrain']} steps). Every method fine-tunes every base for "
-        f"{setup['finetune']} steps at the same lengths, with seeds {', '.join(map(str, setup['seeds']))}. YaRN: "
-        f"s = {s} over L (sL = {s * L}). Randomized positions: n sorted distinct ids from [0, M), M widening from "
-        f"L to 2L in Paper R's stages (1, 1.25, 1.5, 2, 2 x L, equal stages), the default of train.py --llm too. "
-        f"Test: contiguous positions at {', '.join(map(str, lengths))}, the same {setup['samples']} sequences per "
-        f"length for every model, drawn from seed {TEST_SEED}, used nowhere in training or selection. \"Beyond "
-        f"L\" is a model's mean test accuracy at {', '.join(map(str, lengths[1:]))}; the sampled range ends at "
-        "2L, well inside that.", ""]
+        f"Runtime: {rt['wall_s'] / 60:.1f} min wall clock, {rt['cpu_s'] / 60:.1f} min of CPU time ({rt['threads']} "
+        f"torch thread(s) in each of {rt['jobs']} process(es), {rt['cores']} cores).", "",
+        f"**Regime.** {len(setup['bases'])} bases ({setup['layers']}-layer RoPE GPTs, 2 heads, dim 64), each a unit, "
+        f"pretrained with contiguous positions on `{PRETRAIN_TASK}` (copy, reverse, shift; the targets' 25 token ids, "
+        f"never their question) at lengths {setup['pre_len'][0]}..{L_pre}: L_pre = {L_pre}. Fine-tuning teaches "
+        f"each target at lengths {setup['ft_len'][0]}..{L_ft}: L_ft = {L_ft} = L_pre / {L_pre // L_ft}, "
+        f"{setup['finetune']} steps at every rate of {', '.join(f'{lr:g}' for lr in setup['lrs'])}, the seed of a "
+        f"base's fine-tunes differing from base to base and shared by its methods. YaRN: original length L_pre, "
+        f"s = {s} (s L_pre = {s * L_pre}). Randomized positions (rpe, ryarn): n sorted distinct ids from [0, M), "
+        f"M widened from L_ft to the top of the range in Paper R's stages; the abstract says only \"a larger "
+        f"position range\" giving \"out-of-distribution positional representations\", so the top is swept: "
+        f"{ranges} (the first is the primary ryarn and rpe's). Every YaRN-read arm is read at s' in "
+        f"{', '.join(f'{f:g}' for f in data['read_factors'])}, the better mean validation accuracy at "
+        f"{data['validation_length']} (not a test length; seed {data['validation_seed']}) chosen per arm and "
+        f"target. Test: contiguous positions at {', '.join(map(str, data['lengths']))}, {setup['samples']} "
+        f"sequences per length from seed {data['test_seed']}, the same for every model.", "",
+        "**Before the run (Wu, Liu, Jadbabaie, arXiv 2607.07678).** " + "; ".join(
+            f"`{t}`: {p}" for t, p in data["prediction"].items()) + ". Read as ft+yarn − ft beyond L_pre.", ""]
 
 
-def rule_section(data: dict) -> list[str]:
-    n_test = data["settings"]["samples"]
+def rule(data: dict) -> list[str]:
     return [
-        "## The rule (fixed before the run; the pooled primary estimate after it)", "",
-        rule_text(units="each pretrained base (the mean over its fine-tuning seeds; the bases are the units)"), "",
-        "**Primary** (named before the run, what isolates randomization): ryarn against trained YaRN and against "
-        "YaRN at inference only, and the gain growing with length. Each is one gain per base, the mean over the "
-        "learning rates of the grid at which both sides fitted on that base, matched rate by rate: one family. "
-        "**Exploratory**: the same claims at each rate alone (a family), and the rest, each method at the rate "
-        "with the best mean validation accuracy at L over the bases (ties: the smaller), another family. A base "
-        "counts for a claim when it learned the task (validation accuracy at L >= "
-        f"{data['fit_bar']}) and so did every fine-tune the claim compares on it. The pooled primary estimate "
-        "replaced per-rate primary verdicts after this run (issue 48: one estimate over matched conditions, never "
-        "a rate picked afterwards); the per-rate rows are kept below as exploratory.", "",
-        f"**Independence.** The bases are pretrained from their own seeds, but every fine-tune used seed "
-        f"{', '.join(map(str, data['settings']['seeds']))}: on every base the same training batches and the same "
-        "draws of positions, so the fine-tuning seed's own variance is not in these intervals and no seed-level "
-        f"verdict can be given (one seed). Every model is scored on the same {n_test} test sequences per length; "
-        "the binomial "
-        f"standard error of an accuracy over them is at most {0.5 / n_test ** 0.5:.3f} (a beyond-L mean over "
-        f"{len(MULTIPLES) - 1} lengths: at most {0.5 / (n_test * (len(MULTIPLES) - 1)) ** 0.5:.3f}), against "
-        "intervals of several hundredths below.", ""]
-
-
-def gain_row(label: str, r: dict) -> str:
-    """One comparison: gain per base, mean [adjusted interval], detectable at 80 % power, verdict."""
-    per = ", ".join(f"{g:+.3f}" for g in r["per_unit"]) or "-"
-    if "low" not in r:
-        return f"| {label} | {per} | " + (f"{r['mean']:+.3f}" if "mean" in r else "-") + f" | - | **{r['verdict']}** |"
-    sd = spread(r["per_unit"])["sd"]
-    return (f"| {label} | {per} | {r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}] | "
-            f"{detectable(sd, len(r['per_unit']), r['level']):.3f} | **{r['verdict']}** |")
-
-
-def matched_table(data: dict) -> list[str]:
-    """The primary claims pooled over the grid's rates, then each at every rate (exploratory)."""
-    primary = {n: c for n, c in data["claims"].items() if c["primary"]}
-    head = ["| claim | gain per base | mean [adjusted interval] | detectable | verdict |", "|---|---|---|---:|---|"]
-    rows = ["Primary, pooled over the rates: " + caption(primary), "", *head]
-    rows += [gain_row(f"{n} ({c['better']} − {c['worse']})", c) for n, c in primary.items()]
-    family = {f"{n} at {lr}": r for n, c in primary.items() for lr, r in c["by_rate"].items()}
-    rows += ["", "Exploratory, each rate alone: " + caption(family), "", *head]
-    rows += [gain_row(f"{n} at lr {lr}", r) for n, c in primary.items() for lr, r in c["by_rate"].items()]
-    return rows
-
-
-def claims_table(data: dict) -> list[str]:
-    family = {name: r for name, r in data["claims"].items() if not r["primary"]}
-    rows = [caption(family), "", "| claim | Paper R | gain per base | mean [adjusted interval] | verdict |",
-            "|---|---|---|---|---|"]
-    for name, result in family.items():
-        per = ", ".join(f"{g:+.3f}" for g in result["per_unit"]) or "-"
-        interval = f"{result['mean']:+.3f} [{result['low']:+.3f}, {result['high']:+.3f}]" if "low" in result \
-            else f"{result['mean']:+.3f}" if "mean" in result else "-"
-        rows.append(f"| {name} ({result['better']} − {result['worse']}) | {CLAIMS[name][0]} | {per} | {interval} | "
-                    f"**{result['verdict']}** |")
-    return rows
-
-
-# The claims as README.md's table names them (experiments/common.py: rendered blocks).
-SHORT = {"ryarn > yarn beyond L": "ryarn > yarn", "ryarn > zero-shot+yarn beyond L": "ryarn > zero-shot+yarn",
-         "ryarn's gain over yarn grows with length": "gain over yarn grows", "ryarn > ft beyond L": "ryarn > ft",
-         "ryarn > rpe beyond L": "ryarn > rpe", "the curriculum helps ryarn": "curriculum helps ryarn",
-         "the curriculum helps rpe": "curriculum helps rpe", "ryarn costs accuracy at L, against ft": "cost at L, ft",
-         "ryarn costs accuracy at L, against yarn": "cost at L, yarn",
-         "zero-shot+yarn > ft beyond L": "zero-shot+yarn > ft", "zero-shot+yarn > rpe beyond L": "zero-shot+yarn > rpe"}
-
-
-def summary(data: dict) -> str:
-    """README.md's table: each claim, the bases it rests on, its mean [adjusted interval] and its verdict; the
-    primary ones first, each pooled over the grid's learning rates."""
-    rows = ["| claim (beyond L unless said; * primary, pooled over rates) | bases | mean [adjusted interval] | "
-            "verdict |", "|---|---|---|---|"]
-    for name, r in data["claims"].items():
-        interval = f" [{r['low']:+.3f}, {r['high']:+.3f}]" if "low" in r else ""
-        mean = f"{r['mean']:+.3f}{interval}" if "mean" in r else "-"
-        label = f"**{SHORT[name]}** *" if r["primary"] else SHORT[name]
-        rows.append(f"| {label} | {len(r['per_unit'])} | {mean} | {short(r['verdict'])} |")
-    rates = ", ".join(f"{lr:g}" for lr in data["settings"]["lrs"])
-    bases = data["base_validation"]
-    return "\n".join(rows) + "\n\n" + wrapped(
-        f"\\* each base's gain is its mean over the rates {rates}, both sides at each. The {len(bases)} bases stopped "
-        f"pretraining at a fit check of {data['settings']['pretrain_bar']}; on the validation sequences they read "
-        f"{min(bases):.3f}-{max(bases):.3f} at L.") + "\n"
-
-
-def selection_section(data: dict) -> list[str]:
-    """The learning-rate grid: validation accuracy at L (what chose) and beyond L (shown, never used to choose),
-    means over the bases."""
-    lrs = data["settings"]["lrs"]
-    rows = ["## Learning rates", "",
-            f"Every method of the grid fine-tuned every base at every rate; mean over the bases of the validation "
-            f"accuracy at L (seed {VALIDATION_SEED}, {data['settings']['validation_samples']} sequences) / the test "
-            "accuracy beyond L. Each method's chosen rate (best validation at L; ties: the smaller) is what the "
-            "exploratory claims and the accuracy table use; beyond L chose nothing.", "",
-            "| method | " + " | ".join(f"lr {lr:g}: at L / beyond L" for lr in lrs) + " | chosen |",
-            "|---|" + "---|" * (len(lrs) + 1)]
-    for method, grid in data["learning_rates"]["grid"].items():
-        cells = [f"{grid[f'{lr:g}']['validation']:.3f} / {grid[f'{lr:g}']['beyond']:.3f}" for lr in lrs]
-        rows.append(f"| {method} | " + " | ".join(cells) + f" | {data['learning_rates']['chosen'][method]:g} |")
-    return rows + [""]
-
-
-def fit_line(data: dict) -> str:
-    fits = ", ".join(f"{b}: {v:.3f}" for b, v in zip(data["settings"]["bases"], data["base_validation"]))
-    fitted = fitted_models(data, data["fit_bar"])
-    unfit = [f"{m} on base {data['settings']['bases'][i]}" for m, by_base in fitted.items()
-             for i, ok in enumerate(by_base) if not ok and data["base_validation"][i] >= data["fit_bar"]]
-    under = sum(v < data["fit_bar"] for v in data["base_validation"])
-    return (f"Validation accuracy at L of the bases (the fit bar is {data['fit_bar']}; {under} under it): "
-            f"{fits}. Pretraining steps: {', '.join(map(str, data['pretrain_steps']))}. Fine-tunes at their chosen "
-            f"rate under the bar on a base that fitted: {', '.join(unfit) or 'none'}.")
+        "## The rule (fixed before the run)", "",
+        f"A gain is measured on each base: at each learning rate with both sides fine-tuned at it, then the mean "
+        f"over the rates where every side fitted (validation accuracy at L_ft >= {data['fit_bar']}); never the best "
+        "rate afterwards. **Primary**, named before the run: " + ", ".join(data["primary"]) + ", on both targets: "
+        "one family. Everything else is exploratory, another family.", "",
+        rule_text(THRESHOLD, units="each pretrained base (the bases are the units; fine-tuning seeds vary per base)"),
+        ""]
 
 
 def markdown(data: dict) -> str:
-    s, lengths = data["settings"]["factor"], data["lengths"]
-    out = header(data) + [DESIGN_HISTORY, ""] + rule_section(data) + [fit_line(data), ""]
-    out += ["## Primary claims, pooled over matched learning rates", ""] + matched_table(data)
-    out += ["", "## Exploratory claims, each method at its chosen rate", ""] + claims_table(data)
-    out += ["", f"## `{TASK}`: test accuracy by length at the chosen rates (mean ± sd over bases)", ""]
-    out += accuracy_table(data["accuracy"], lengths)
-    out += ["", "Methods: " + "; ".join(f"`{m}`: {what}" for m, what in MODELS.items()) + ".", ""]
-    out += selection_section(data)
-    out += ["## How far to randomize: the top of the range (ryarn)", ""]
-    if len(data["sweep"]) > 2:
-        out += [f"The same recipe with the range widened to {', '.join(f'{r}L' for r in data['settings']['ranges'])}"
-                f" (fine-tuning seed {data['settings']['seeds'][0]} on every base); and the 2L models read at "
-                f"inference with a larger factor s' = {2 * s}.", ""]
-    else:
-        out += [f"The 2L models read at inference with a larger factor s' = {2 * s}; wider ranges are in --full.", ""]
-    out += accuracy_table(data["sweep"], lengths)
-    sweep = {name: spread([beyond(a) for a in per_base(runs)])["mean"] for name, runs in data["sweep"].items()}
-    best = max(sweep, key=sweep.get)
-    out += ["", f"Best beyond L: `{best}` ({sweep[best]:.3f}).", ""]
-    if data["controls"]:
-        out += ["## Controls: copy and fixed-offset retrieval", "",
-                "Both define the answer by position, which is what random gaps take away: in copy the i-th output "
-                "is the token exactly n + 1 places back, in retrieval the token exactly k places back. Randomized "
-                "positions are not expected to help here. Bases "
-                f"{', '.join(map(str, data['settings']['control_bases']))}, one fine-tuning seed, each method at "
-                "its chosen rate from the main task.", ""]
-        for task, by_method in data["controls"].items():
-            out += [f"### {task} (chance 1/{tasks.task_options(task)['symbols']})", ""]
-            out += accuracy_table(by_method, lengths) + [""]
-    out += [f"Every number: `results/ryarn.json`; every model's own command, to retrain it alone: its `commands` "
+    if "zero_shot" in data:
+        return probe_markdown(data)
+    out = header(data) + rule(data)
+    pre = ", ".join(str(r["steps_to_fit"]) if r["steps_to_fit"] else
+                    f"{r['last'][1]:.2f} at {r['last'][0]}" if r["last"][1] is not None else f"{r['last'][0]} steps"
+                    for r in data["pretraining"])
+    out += [f"Pretraining on the mix, by base: steps to {data['settings']['pretrain_bar']}, or the last check "
+            f"(a base under the bar still counts: the claims are about what fine-tuning does to it): {pre}.", ""]
+    if "probe" in data:
+        probe = data["probe"]
+        out += ["## How this design was planned", "", "From [results/ryarn-probe.md](ryarn-probe.md): " +
+                probe_cost(probe) + " Its verdict on the design: " +
+                "; ".join(f"`{t}` {v}" for t, v in probe["design"].items()) + ".", ""]
+    out += ["## Primary claims", ""] + claims_table(data["claims"], True)
+    out += ["", "## Exploratory claims", ""] + claims_table(data["claims"], False)
+    wu = [f"`{t}` ({data['prediction'][t]}): ft+yarn − ft beyond L_pre "
+          + (f"{r['mean']:+.3f}, {r['verdict']}" if "mean" in r else r["verdict"])
+          for t in data["targets"] for r in [data["claims"][t]["ft+yarn > ft beyond L_pre"]]]
+    out += ["", "Wu et al.'s prediction against the measurement: " + "; ".join(wu) + "."]
+    for task in data["targets"]:
+        out += ["", f"## `{task}`: test accuracy by length (mean ± sd over bases; each base the mean over rates)", ""]
+        out += accuracy_table(data["accuracy"][task], data)
+        chosen = ", ".join(f"{arm} {k}" for arm, k in data["chosen_factors"][task].items())
+        out += ["", f"Inference factors chosen on validation: {chosen}."]
+    out += ["", "Methods: " + "; ".join(f"`{m}`: {what}" for m, what in MODELS.items()) + ".", "",
+            "The earlier design, fine-tuning at the pretrained length (a regime Paper R does not claim): "
+            "[results/ryarn-pretrained-length.md](ryarn-pretrained-length.md), told in "
+            "[docs/randomized-yarn.md](../docs/randomized-yarn.md).", "",
+            f"Every number: `results/ryarn.json`; every model's own command: its `commands` "
             f"({len(data['commands'])} models). Figure: `results/ryarn.png`."]
     return "\n".join(out) + "\n"
 
 
-def styles(data: dict) -> dict[str, dict]:
-    """Every label the figure draws, each alike in every panel: the methods, then the sweep's variants ("ryarn,
-    range 2L" is the ryarn model itself). Dashed: not fine-tuned; thick: the method Paper R proposes."""
-    sweep = [name for name in data["sweep"] if name != "ryarn, range 2L"]
-    out = line_styles(list(MODELS) + sweep, {"zero-shot": {"ls": "--"}, "zero-shot+yarn": {"ls": "--"},
-                                              "ryarn": {"lw": 2.5}})
-    return out | {"ryarn, range 2L": out["ryarn"]}
-
-
 def figure(data: dict):
-    L, lengths = data["settings"]["L"], data["lengths"]
-    style = styles(data)
+    if "zero_shot" in data:  # a probe draws nothing
+        return None
+    setup, lengths = data["settings"], data["lengths"]
+    arms = list(next(iter(data["accuracy"].values())))
+    style = line_styles(arms, {"zero-shot": {"ls": "--"}, "zero-shot+yarn": {"ls": "--"}, "ryarn": {"lw": 2.5}})
 
     def draw(plt):
-        panels = [(f"{TASK}: every method", data["accuracy"]), ("ryarn: the top of the range, and s'", data["sweep"])]
-        panels += [(f"control: {task}", by) for task, by in data["controls"].items()]
-        fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.4))
-        for ax, (title, by_method) in zip(axes, panels):
-            curves = {m: seed_curve("length", lengths, per_base(runs)) for m, runs in by_method.items()}
-            plot_curves(ax, curves, "length", (L // 2, L), styles=style)
-            ax.axvline(2 * L, color="grey", ls=":", lw=1)  # the top of the sampled range
+        fig, axes = plt.subplots(1, len(data["targets"]), figsize=(5.2 * len(data["targets"]), 4.4))
+        for ax, task in zip(axes, data["targets"]):
+            curves = {arm: seed_curve("length", lengths, per_base(by_lr))
+                      for arm, by_lr in data["accuracy"][task].items()}
+            plot_curves(ax, curves, "length", (setup["ft_len"][0], setup["ft_len"][1]), styles=style)
+            ax.axvline(setup["pre_len"][1], color="grey", ls=":", lw=1)  # L_pre
             ax.set_xticks(lengths, [str(n) for n in lengths])
             ax.minorticks_off()
-            ax.set_title(title, fontsize=9)
-        fig.suptitle(f"Randomized YaRN on a small GPT (L = {L}, s = {data['settings']['factor']}; each method at its "
-                     "chosen rate)\ndotted: top of the sampled range; lines: mean over bases, bands: min-max",
-                     fontsize=10)
+            ax.set_title(task, fontsize=9)
+        fig.suptitle(f"Randomized YaRN, L_ft = {setup['ft_len'][1]}, L_pre = {setup['pre_len'][1]} (dotted), "
+                     f"s = {setup['factor']}; mean over bases of the mean over rates, band min-max", fontsize=10)
         fig.tight_layout()
         return fig
 

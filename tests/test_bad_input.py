@@ -105,7 +105,7 @@ CASES = [
     ("eval", ["{runs}/run", "--device", "nosuch"], "unknown --device"),
     ("eval", ["{runs}/run", "--threads", "-1"], "--threads must be >= 1"),
     ("eval", ["--experiment", "distance", "--jobs", "0"], "--jobs 0: give N >= 1"),
-    ("eval", ["--experiment", "ryarn", "--probe"], "--probe: ryarn has no probe"),
+    ("eval", ["--experiment", "retrieval", "--probe"], "--probe: retrieval has no probe"),
     ("eval", ["--experiment", "encodings", "--probe", "--quick"], "choose one of --quick and --probe"),
     ("eval", ["--experiment", "encodings", "--probe", "--render"], "a probe has none"),
     ("eval", ["--bench", "--jobs", "2"], "--bench measures what --jobs does"),

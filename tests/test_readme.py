@@ -421,8 +421,9 @@ def test_readme_quotes_results_exactly():
 
 
 # The docs page that explains each experiment, and the experiment it quotes.
-DOC_RESULTS = {"docs/randomized-yarn.md": "ryarn", "docs/distance.md": "distance", "docs/llm.md": "llm",
-               "docs/every-encoding.md": "encodings", "docs/why-rope-extrapolates.md": "retrieval"}
+DOC_RESULTS = {"docs/randomized-yarn.md": ("ryarn-probe", "ryarn-pretrained-length"), "docs/distance.md": ("distance",),
+               "docs/llm.md": ("llm",), "docs/every-encoding.md": ("encodings",),
+               "docs/why-rope-extrapolates.md": ("retrieval",)}
 # Sections with this heading tell how the design was chosen: they quote earlier designs' results from older
 # commits, which the current results no longer hold, so their numbers are not checked.
 HISTORY = "How this design was chosen"
@@ -447,11 +448,11 @@ def checked_prose(text: str) -> str:
     return "\n".join(lines)
 
 
-def unquoted_signed(text: str, name: str) -> list[str]:
-    """Signed numbers and intervals in a docs page's checked prose that results/NAME.md and results/NAME.json
-    do not hold as written (sign, digits and, for an interval, both ends with its estimate)."""
+def unquoted_signed(text: str, names: tuple[str, ...]) -> list[str]:
+    """Signed numbers and intervals in a docs page's checked prose that no results/NAME.md or results/NAME.json
+    of `names` holds as written (sign, digits and, for an interval, both ends with its estimate)."""
     flat = lambda s: re.sub(r"\s+", " ", s.replace("\u2212", "-"))  # noqa: E731  (the minus sign U+2212)
-    held = flat(read(f"results/{name}.md") + " " + read(f"results/{name}.json"))
+    held = flat(" ".join(read(f"results/{name}.{ext}") for name in names for ext in ("md", "json")))
     body, missing = checked_prose(text.replace("\u2212", "-")), []
     for m in QUOTE.finditer(body):
         quote = flat(m.group(0))
@@ -466,9 +467,9 @@ def test_docs_quote_their_results_exactly(page):
     history of its design) is copied from that experiment's results, not remembered from an earlier run.
     Bug caught: docs/distance.md kept "ALiBi - RoPE reproduced (C +0.209 [+0.023, +0.396])" after the rule
     changed and results/distance.md said +0.209 [-0.011, +0.430], undecided."""
-    name = DOC_RESULTS[page]
-    missing = unquoted_signed(read(page), name)
-    assert not missing, f"{page}: numbers not in results/{name}.md or .json:\n" + "\n".join(missing)
+    names = DOC_RESULTS[page]
+    missing = unquoted_signed(read(page), names)
+    assert not missing, f"{page}: numbers not in results/{'|'.join(names)}.md or .json:\n" + "\n".join(missing)
 
 
 def test_readme_stays_a_short_tutorial():
@@ -507,13 +508,14 @@ def test_every_kind_of_check_can_fail(tmp_path, monkeypatch):
     failures = check_page_commands("BAD", BAD, monkeypatch)
     assert len(failures) == len(list(command_lines(BAD))), "\n".join(failures)
     assert broken_links("README.md", "[x](results/missing.md) [y](README.md#no-such-heading)")
-    assert unquoted_numbers("### X\n[r](results/ryarn.md)\n| ryarn | 0.6789 |\n")
-    quoted = "ryarn - yarn is +0.046 [+0.018, +0.074]; -0.143 and [-0.117, -0.010].\n"
-    assert not unquoted_signed(quoted, "ryarn")
-    assert unquoted_signed(quoted.replace("+0.074]", "+0.075]"), "ryarn")  # one end of an interval
-    assert unquoted_signed(quoted.replace("-0.143", "+0.143"), "ryarn")  # the sign
-    assert unquoted_signed(quoted.replace("+0.046 [", "+0.055 ["), "ryarn")  # an estimate with another's interval
-    assert not unquoted_signed(f"## {HISTORY}\n\nan earlier design: -0.924\n", "ryarn")
-    assert unquoted_signed(f"## {HISTORY}\n\n-0.924\n\n## Next\n\n-0.924\n", "ryarn")
+    assert unquoted_numbers("### X\n[r](results/retrieval.md)\n| ryarn | 0.6789 |\n")
+    quoted, ablation = "ryarn - yarn is +0.046 [+0.018, +0.074]; -0.143 and [-0.117, -0.010].\n", \
+        ("ryarn-pretrained-length",)
+    assert not unquoted_signed(quoted, ablation)
+    assert unquoted_signed(quoted.replace("+0.074]", "+0.075]"), ablation)  # one end of an interval
+    assert unquoted_signed(quoted.replace("-0.143", "+0.143"), ablation)  # the sign
+    assert unquoted_signed(quoted.replace("+0.046 [", "+0.055 ["), ablation)  # an estimate with another's interval
+    assert not unquoted_signed(f"## {HISTORY}\n\nan earlier design: -0.924\n", ablation)
+    assert unquoted_signed(f"## {HISTORY}\n\n-0.924\n\n## Next\n\n-0.924\n", ablation)
     with pytest.raises(ZeroDivisionError):
         exec("1 / 0", {})

@@ -14,7 +14,7 @@ BATCH = 64
 # a small length that every task accepts with its default options
 SMALL_LENGTH = {
     "retrieval": 12, "shift": 12, "copy": 11, "reverse": 11, "duplicate": 11, "associative_recall": 12,
-    "latest_recall": 12, "multi_hop": 14,
+    "latest_recall": 12, "multi_hop": 14, "algorithmic_mix": 11,
     "delay_copy": 30, "selective_copy": 30, "mixed_copy": 40,
 }
 
@@ -83,6 +83,7 @@ def test_unknown_task_and_option_raise():
     ("reverse", 1, {}),
     ("duplicate", 2, {}),
     ("associative_recall", 2, {}),
+    ("algorithmic_mix", 3, {}),  # shift rows need length > offset 3
     ("latest_recall", 9, {}),  # 4 two-token statements, then QUERY and the key: 10 tokens
     ("multi_hop", 13, {}),  # 2 chains of 3 adjacent two-token facts, then QUERY and the key: 14 tokens
     ("multi_hop", 21, {"gap": 2}),  # each chain 6 + 2 x 2 fillers: 2 x 10 + 2 = 22 tokens
@@ -146,6 +147,40 @@ def test_copy_reverse_duplicate_labels(name, length):
         assert ms == [False] * i + [True] * len(answer)
         assert ys == [0] * i + answer
         assert xs[i + 1:] == answer[:-1]  # teacher forcing: x holds the answer shifted by one
+
+
+@pytest.mark.parametrize("length", [7, 12, 33])
+def test_algorithmic_mix_labels(length):
+    """Each row read back as the one kind it can be: with a separator, copy or reverse of what stands before it
+    (the one of the two its targets match); without, shift by the offset. Every kind is drawn, and the
+    separator and PAD are the top two ids (PAD is the ryarn targets' QUERY: it never precedes a target)."""
+    symbols, offset = 5, 2
+    sep, pad = symbols, symbols + 1
+    x, y, mask = batch_of("algorithmic_mix", length, symbols=symbols, offset=offset)
+    kinds = set()
+    for xs, ys, ms in zip(x, y, mask):
+        assert all(0 <= v <= pad for v in xs + ys) and tasks.vocab_size("algorithmic_mix", symbols=symbols) == 7
+        if sep not in xs:  # shift (its symbols never include SEP or PAD)
+            kinds.add("shift")
+            assert ms == [t >= offset for t in range(length)]
+            assert ys == [xs[t - offset] if t >= offset else 0 for t in range(length)]
+            continue
+        i = xs.index(sep)
+        source = [v for v in xs[:i] if v != pad]
+        targets = [v for v, m in zip(ys, ms) if m]
+        assert ms == [t >= i for t in range(length)] and len(source) == length // 2
+        kind = "copy" if targets == source else "reverse"
+        kinds.add(kind)
+        assert targets == (source if kind == "copy" else source[::-1])
+        assert not any(m for v, m in zip(xs, ms) if v == pad)
+    assert kinds == {"copy", "reverse", "shift"}
+
+
+def test_algorithmic_mix_shares_the_ryarn_targets_vocabulary():
+    """The bases pretrain on it and fine-tune on latest_recall and multi_hop: train.py --init needs one
+    embedding table, so the three must use the same number of token ids."""
+    assert tasks.vocab_size("algorithmic_mix") == tasks.vocab_size("latest_recall", keys=8, values=8, fillers=8) \
+        == tasks.vocab_size("multi_hop", keys=16, fillers=8) == 25
 
 
 @pytest.mark.parametrize("length", [3, 4, 11, 40])
