@@ -90,8 +90,10 @@ def probe_markdown(data: dict) -> str:
            f"(checked every 500 steps, at most {setup['pretrain']}); their zero-shot accuracy on each target; on "
            f"{bases[0]}, every method fine-tuned at lr {setup['lrs'][0]:g} on each target at L_ft = {L_ft} until "
            f"its held-out accuracy at L_ft reaches {setup['fit_bar']} (checked every 100 steps, at most "
-           f"{setup['probe_finetune']}). Nothing beyond L_ft is measured after fine-tuning: the probe plans the "
-           "budget, never by results.", "",
+           f"{setup['probe_finetune']}). That check is train.py's: rpe and ryarn are read with random positions "
+           "over their whole range, as they train (the default's gate reads every model with contiguous positions "
+           "at L_ft). Nothing beyond L_ft is measured after fine-tuning: the probe plans the budget, never by "
+           "results.", "",
            "## Pretraining", ""]
     out += probe_table({"steps to the bar": data["fits"]["pretraining"]}, list(data["fits"]["pretraining"]), "base")
     out += ["", "## Zero-shot accuracy on the targets (before any fine-tuning)", "",
