@@ -127,6 +127,12 @@ def t_critical(alpha: float, df: int) -> float:
     return (low + high) / 2
 
 
+def sample_sd(values: list[float]) -> float:
+    """The sample standard deviation of two or more numbers (n - 1 in the denominator)."""
+    mean = sum(values) / len(values)
+    return (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+
+
 def t_interval(values, alpha: float = 0.05) -> tuple[float, float, float]:
     """Mean and its (1 - alpha) t-interval over n independent units (n - 1 degrees of freedom). Honest for a
     handful of units, where mean +- 1.96 standard errors is far too narrow: for 3 units and alpha 0.05 the
@@ -135,8 +141,7 @@ def t_interval(values, alpha: float = 0.05) -> tuple[float, float, float]:
     mean = sum(values) / len(values)
     if len(values) < 2:
         return mean, float("nan"), float("nan")
-    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
-    half = t_critical(alpha, len(values) - 1) * sd / len(values) ** 0.5
+    half = t_critical(alpha, len(values) - 1) * sample_sd(values) / len(values) ** 0.5
     return mean, mean - half, mean + half
 
 

@@ -38,7 +38,7 @@ import time
 import torch
 
 import train
-from eval import experiment_names, pyplot, save_figure
+from eval import experiment_names, pyplot, sample_sd, save_figure
 from experiments.stats import FIT_BAR
 from runs import Interrupted, UsageError, hold, read_fit, save_atomic, signals_deferred
 
@@ -260,7 +260,7 @@ def spread(values) -> dict:
     """Mean, sample standard deviation and range of a few numbers (one per seed, or per seed and offset)."""
     values = [float(v) for v in values]
     mean = sum(values) / len(values)
-    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
+    sd = sample_sd(values) if len(values) > 1 else 0.0
     return {"mean": mean, "sd": sd, "min": min(values), "max": max(values), "values": values}
 
 

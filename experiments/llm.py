@@ -28,9 +28,9 @@ from tqdm import tqdm
 import finetune
 import hf
 import train
-from eval import evaluate_llm
+from eval import evaluate_llm, sample_sd
 from experiments.common import command_line, map_jobs, preset_name
-from experiments.stats import FIT_BAR, UNFIT, caption, decide, detectable, spread_of, unit_verdict
+from experiments.stats import FIT_BAR, UNFIT, caption, decide, detectable, unit_verdict
 from runs import UsageError, read_fit, save_atomic
 
 # ---------------------------------------------------------------------------------------------------------
@@ -252,7 +252,7 @@ def comparisons(results: dict, lengths: list[int]) -> tuple[list[dict], str]:
         elif sign and c["exact"] * sign < 0:
             verdict += " (exact match disagrees)"
         mean, (low, high) = d.get("mean", float("nan")), (d.get("low", float("nan")), d.get("high", float("nan")))
-        sd = spread_of(c["differences"]) if c["prompts"] > 1 else float("nan")
+        sd = sample_sd(c["differences"]) if c["prompts"] > 1 else float("nan")
         found = detectable(sd, c["prompts"], d["level"]) if "low" in d else float("nan")
         out.append({**{k: v for k, v in c.items() if k != "differences"}, "logprob": mean, "low": low,
                     "high": high, "sd": sd, "level": d.get("level"), "detectable": found, "verdict": verdict,

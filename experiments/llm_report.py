@@ -121,21 +121,30 @@ def comparisons_section(data: dict) -> list[str]:
     return lines + [""] + primary_cost(data)
 
 
+def primary(data: dict) -> dict | None:
+    """The primary comparison, as comparisons() decided it."""
+    return next((c for c in data["comparisons"] if c["primary"]), None)
+
+
+def prompts_needed(c: dict) -> int | None:
+    """The prompts whose interval would exclude 0 with 80 % power if the true difference were as large as the one
+    observed (noncentral t, at the family's level and the prompts' observed spread); None where no spread was
+    measured or more than 10,000 would be needed."""
+    return units_needed(abs(c["logprob"]), c["sd"], c["level"]) if c["sd"] == c["sd"] else None
+
+
 def primary_cost(data: dict) -> list[str]:
-    """What deciding the primary comparison would take, when its prompts did not: the prompts whose interval
-    would exclude 0 with 80 % power (noncentral t, at the family's level and the prompts' observed spread) if
-    the true difference were as large as the one observed, and their cost from the measured seconds per prompt
-    of the runs compared. A difference against the claim is said to be."""
-    c = next((c for c in data["comparisons"] if c["primary"]), None)
+    """What deciding the primary comparison would take, when its prompts did not: prompts_needed, and their cost
+    from the measured seconds per prompt of the runs compared. A difference against the claim is said to be."""
+    c = primary(data)
     if c is None or not c["low"] == c["low"] or not c["verdict"].startswith("undecided"):
         return []
     if c["verdict"] == "undecided (seeds disagree)":
         return ["The primary comparison's seeds disagree: more fine-tuning seeds, not more prompts, would decide it."]
-    sd = c["sd"]
-    if abs(c["logprob"]) < 0.01 * sd:
+    if abs(c["logprob"]) < 0.01 * c["sd"]:
         return [f"The primary comparison is undecided with a mean difference of {c['logprob']:+.2f}: no difference "
                 "to chase with more prompts."]
-    needed = units_needed(abs(c["logprob"]), sd, c["level"])
+    needed = prompts_needed(c)
     runs = list(dict.fromkeys(m for pair in c["pairs"] for m in pair))
     rows = [r for m in runs for r in data["results"][m]["rows"] if r["length"] == c["length"]]
     cost = (f", about {needed * sum(r['seconds'] / r['samples'] for r in rows) / 3600:,.1f} hours of scoring on "
@@ -163,10 +172,10 @@ def summary(data: dict) -> str:
         at = {r["length"]: r for r in result["rows"]}
         rows.append(f"| {method} | " + " | ".join(f"{at[n]['logprob']:.2f}" for n in lengths) + " | "
                     + " | ".join(f"{at[n]['accuracy']:.2f}" for n in lengths[-2:]) + " |")
-    c = next((c for c in data["comparisons"] if c["primary"]), None)
+    c = primary(data)
     if c is None or c["low"] != c["low"]:
         return "\n".join(rows) + "\n"
-    needed = units_needed(abs(c["logprob"]), c["sd"], c["level"]) if c.get("sd") == c.get("sd") else None
+    needed = prompts_needed(c)
     line = (f"Primary, {c['better']} − {c['worse']} at {c['length']} tokens, {c['prompts']} prompts: "
             f"{c['logprob']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}] in log p, {short(c['verdict'])}; per seed pair "
             f"{', '.join(f'{x:+.2f}' for x in c['per_seed'])}, seed-level {c.get('seed_verdict', '—')}."

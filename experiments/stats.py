@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from eval import t_critical, t_interval, t_tail
+from eval import sample_sd, t_critical, t_interval, t_tail
 
 # ---------------------------------------------------------------------------------------------------------
 # Whether a claim can be tested at all: the fit bar
@@ -111,16 +111,10 @@ def p_value(values: list[float]) -> float:
     """Two-sided p-value of "the mean gain is 0" from a t-test over independent units (n - 1 degrees of freedom)."""
     n = len(values)
     mean = sum(values) / n
-    sd = spread_of(values)
+    sd = sample_sd(values)
     if sd == 0:
         return 0.0 if mean else 1.0
     return t_tail(mean / (sd / n ** 0.5), n - 1)
-
-
-def spread_of(values: list[float]) -> float:
-    """The sample standard deviation (n - 1)."""
-    mean = sum(values) / len(values)
-    return (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
 
 
 def unit_verdict(per_unit, size: float, fitted: bool = True) -> dict:
