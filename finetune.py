@@ -297,11 +297,11 @@ def check_fit(model, tokenizer, cfg: LLMConfig, fit: dict, step: int, device, lo
             log.write(json.dumps(row) + "\n")
 
 
-def train(cfg: LLMConfig, learning_rate, on_step=None):
+def train(cfg: LLMConfig, set_learning_rate, on_step=None):
     """Fine-tune a Hugging Face causal LM on short text-task samples with one of Paper R's methods; the loss
     is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in cfg.out.
     Under a launcher (torchrun) every process runs this; rank 0 alone writes (dist.py says how it spreads).
-    learning_rate(step, lr, warmup, steps): the schedule (train.py's, which the small GPT follows too);
+    set_learning_rate(optimizer, step, lr, warmup, steps): train.py's, which the small GPT's loop calls too;
     on_step(step, ids, positions) sees every sample this process trains."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -317,7 +317,7 @@ def train(cfg: LLMConfig, learning_rate, on_step=None):
     cfg.original_len, cfg.processes = original, dist.world()
     cfg.global_batch = cfg.batch * cfg.grad_accum * cfg.processes
     hf.apply_llm_rope(model, cfg.scaling, cfg.factor)
-    randomized, schedule = METHODS[cfg.method][1], range_schedule(cfg)
+    randomized, range_at = METHODS[cfg.method][1], range_end_at(cfg)
     model, params = trainable(model, cfg, device)
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.wd)
     position_rng = torch.Generator().manual_seed(cfg.seed + 2)
@@ -329,9 +329,8 @@ def train(cfg: LLMConfig, learning_rate, on_step=None):
     tick, tokens = time.perf_counter(), 0
     fit = fit_record(cfg.fit_bar, cfg.fit_every)
     for step in bar:
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, cfg.lr, cfg.warmup, cfg.steps)
-        range_end = schedule(step)
+        set_learning_rate(optimizer, step, cfg.lr, cfg.warmup, cfg.steps)
+        range_end = range_at(step)
         mine = step_batch(tokenizer, cfg, step, range_end, position_rng)
         losses, highest_position, norm = take_step(model, params, optimizer, mine, device, cfg.bf16, step, on_step)
         tokens += sum(ids.shape[1] for ids, _, _ in mine)
@@ -360,7 +359,7 @@ def check_finite(loss_sum: float, step: int) -> None:
         raise error
 
 
-def range_schedule(cfg: LLMConfig):
+def range_end_at(cfg: LLMConfig):
     """The range's end as a function of the step (logged as "range"): randomized positions come from
     [0, range_end) for an n-token sample, range_end a multiple of n that widens from 1x to cfg.range x (Paper R's
     stages by default), or is cfg.range x n from the first step with --no-curriculum. Every process computes the
@@ -417,7 +416,7 @@ def save(model, tokenizer, cfg: LLMConfig, out: str | None, log, fit: dict):
     return model.eval()
 
 
-def run(args: argparse.Namespace, parser: argparse.ArgumentParser, learning_rate, on_step=None) -> dict:
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser, set_learning_rate, on_step=None) -> dict:
     """`train.py --llm ...` from its parsed command line: check, fine-tune, swap the run in; {"run": dir}."""
     if args.resume:
         raise UsageError("--resume is for small-GPT runs; an LLM run is short: start it again with --force")
@@ -435,7 +434,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, learning_rate
     # process group to be left: that would wait forever for the others).
     lead = dist.launch_rank() == 0
     with hold(cfg.out) if lead else contextlib.nullcontext():
-        model, tokenizer, cfg = train(cfg, learning_rate, on_step)  # builds the run beside --out (prepare_run_dir)
+        model, tokenizer, cfg = train(cfg, set_learning_rate, on_step)  # builds the run beside --out (prepare_run_dir)
         if lead:
             swap_in(build_folder(cfg.out), cfg.out)
     dist.stop()

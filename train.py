@@ -102,7 +102,7 @@ def draw_batch(cfg: RunConfig, step: int, data_rng: torch.Generator, position_rn
 
 
 # The learning rate at every step, as nanoGPT's get_lr: a linear warm-up, then a cosine decay to a tenth of the
-# peak. The LLM fine-tune (finetune.py) is handed the same function, so both loops follow one schedule.
+# peak. The LLM fine-tune (finetune.py) is handed set_learning_rate, so both loops follow one schedule.
 def learning_rate(step: int, lr: float, warmup: int, steps: int) -> float:
     """Linear warm-up, then cosine decay to a tenth."""
     if step < warmup:
@@ -111,11 +111,16 @@ def learning_rate(step: int, lr: float, warmup: int, steps: int) -> float:
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
 
 
+def set_learning_rate(optimizer: torch.optim.Optimizer, step: int, lr: float, warmup: int, steps: int) -> None:
+    """Every parameter group (decayed and not) at this step's learning rate."""
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(step, lr, warmup, steps)
+
+
 def take_step(cfg: RunConfig, step: int, model: lengen.GPT, forward, optimizer, x, y, mask, positions) -> tuple:
     """One optimizer step on a batch (forward: the model, or its compiled twin); returns (loss, logits). A loss
     that is not finite stops training before anything of this step is applied or saved."""
-    for group in optimizer.param_groups:
-        group["lr"] = learning_rate(step, cfg.lr, cfg.warmup, cfg.steps)
+    set_learning_rate(optimizer, step, cfg.lr, cfg.warmup, cfg.steps)
     logits = forward(x, positions)
     loss = F.cross_entropy(logits[mask], y[mask])
     if not torch.isfinite(loss):  # the last checkpoint stands
@@ -259,7 +264,7 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.llm:
-        return finetune.run(args, parser, learning_rate, on_step)
+        return finetune.run(args, parser, set_learning_rate, on_step)
     if dist.launched():
         refused = UsageError("torchrun spreads an LLM fine-tune (--llm) over processes; a small GPT trains in one "
                              "(many at once: python eval.py --experiment NAME --jobs N)")
