@@ -61,10 +61,11 @@ LABELS = (REPRODUCED, BELOW_SIZE, POSITIVE, NO_EFFECT, UNDECIDED, REVERSED)
 
 
 def rule(per_unit: list[float], low: float, high: float, size: float) -> str:
-    """The label of a claimed gain of at least `size` (> 0), from its value on each independent unit and its
-    interval [low, high], already widened for its family (decide). Where the interval spans 0 the label says
-    which side the estimate (the mean) is on: "no effect shown, estimate +0.012". Fewer than MIN_UNITS units:
-    undecided, whatever the interval."""
+    """The label of a claimed gain of at least `size`, from its value on each independent unit and its interval
+    [low, high], already widened for its family (decide). Where the interval spans 0 the label says which side
+    the estimate (the mean) is on: "no effect shown, estimate +0.012". Fewer than MIN_UNITS units: undecided,
+    whatever the interval. A size of 0 (the LLM's log p: any gain is the claim) needs low > 0 to reproduce, and
+    then "no effect shown" cannot occur."""
     mean = sum(per_unit) / len(per_unit)
     if len(per_unit) < MIN_UNITS:
         return f"{UNDECIDED} ({len(per_unit)} unit(s): {MIN_UNITS} needed)"
