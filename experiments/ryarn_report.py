@@ -6,10 +6,10 @@ results/ryarn-pretrained-length.md, an ablation told in docs/randomized-yarn.md.
 from __future__ import annotations
 
 from eval import plot_curves
-from experiments.common import fmt, line_styles, probe_cost, probe_table, seed_curve, spread
+from experiments.common import fmt, line_styles, probe_cost, probe_table, seed_curve, spread, wrapped
 from experiments.ryarn import (MODELS, PRESETS, PRETRAIN_TASK, READ_FACTORS, SOLVED_BAR, TARGETS, beyond_ft,
                                beyond_pre, claims, probe_tunes)
-from experiments.stats import THRESHOLD, caption, rule_text
+from experiments.stats import THRESHOLD, caption, rule_text, short
 
 
 def decide_again(data: dict) -> dict:
@@ -64,8 +64,10 @@ def plan(probe: dict) -> list[str]:
            f"each base's pretraining accuracy. Fine-tuning: {default['finetune']} steps for every model at "
            f"{', '.join(f'{lr:g}' for lr in default['lrs'])}, never stopped at a bar: the probe's slowest fitted "
            f"fine-tune needed {max((s for s in tunes if s), default='-')}, and "
-           f"{', '.join(unfit) or 'none'} did not fit within its {cap} steps (the budget must cover the slowest "
-           "arm; one that still does not fit leaves its claims undecided, models did not fit)."]
+           + (f"{', '.join(unfit)} did not fit within its {cap} steps" if unfit else
+              f"every one fitted within its {cap} steps")
+           + " (the budget must cover the slowest arm; one that still does not fit leaves its claims undecided, "
+           "models did not fit)."]
     for name, setup in (("default", default), ("--full", full)):
         cost = planned_cost(probe, setup)
         parts = ", ".join(f"{k} {v:.0f}" for k, v in cost["cpu_min"].items())
@@ -150,10 +152,35 @@ def claims_table(results: dict, primary: bool) -> list[str]:
     for key, r in family.items():
         task, name = key.split(": ", 1)
         per = ", ".join(f"{g:+.3f}" for g in r["per_unit"]) or "-"
-        interval = f"{r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]" if "low" in r else \
-            f"{r['mean']:+.3f}" if "mean" in r else "-"
-        rows.append(f"| {task} | {name} | {per} | {interval} | **{r['verdict']}** |")
+        rows.append(f"| {task} | {name} | {per} | {estimate(r)} | **{r['verdict']}** |")
     return rows
+
+
+def estimate(r: dict) -> str:
+    """'+0.123 [+0.045, +0.201]': a decided gain and its adjusted interval; '-' where nothing was measured."""
+    return (f"{r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]" if "low" in r else
+            f"{r['mean']:+.3f}" if "mean" in r else "-")
+
+
+def beyond_pre_by_method(data: dict, task: str) -> str:
+    """'ft 0.412, yarn 0.530, ...': each method's mean accuracy beyond L_pre over bases, on one target."""
+    return ", ".join(f"{arm} {spread([beyond_pre(a) for a in per_base(by_lr)])['mean']:.3f}"
+                     for arm, by_lr in data["accuracy"][task].items())
+
+
+def summary(data: dict) -> str:
+    """README.md's block: the primary claims on both targets with their verdicts; each method's accuracy beyond
+    L_pre; Wu et al.'s prediction against the measurement."""
+    rows = ["| target | primary claim | mean [adjusted interval] | verdict |", "|---|---|---|---|"]
+    rows += [f"| {task} | {name} | {estimate(r)} | {short(r['verdict'])} |"
+             for task, by in data["claims"].items() for name, r in by.items() if r["primary"]]
+    setup = data["settings"]
+    beyond = "; ".join(f"`{task}`: {beyond_pre_by_method(data, task)}" for task in data["targets"])
+    wu = "; ".join(f"`{task}` {estimate(r)} ({short(r['verdict'])})" for task in data["targets"]
+                   for r in [data["claims"][task]["ft+yarn > ft beyond L_pre"]])
+    text = (f"Mean accuracy beyond L_pre (at {', '.join(str(n) for n in data['lengths'][3:])}), over "
+            f"{len(setup['bases'])} bases: {beyond}. Wu et al.'s prediction, ft+yarn − ft beyond L_pre: {wu}.")
+    return "\n".join(rows) + "\n\n" + wrapped(text) + "\n"
 
 
 def header(data: dict) -> list[str]:
@@ -208,10 +235,11 @@ def markdown(data: dict) -> str:
         out += ["## How this design was planned", "", "From [results/ryarn-probe.md](ryarn-probe.md): " +
                 probe_cost(probe) + " Its verdict on the design: " +
                 "; ".join(f"`{t}` {v}" for t, v in probe["design"].items()) + ".", ""]
+    if data.get("design_changes"):
+        out += ["## Changed after seeing measured accuracies", ""] + [f"- {c}" for c in data["design_changes"]] + [""]
     out += ["## Primary claims", ""] + claims_table(data["claims"], True)
     out += ["", "## Exploratory claims", ""] + claims_table(data["claims"], False)
-    wu = [f"`{t}` ({data['prediction'][t]}): ft+yarn − ft beyond L_pre "
-          + (f"{r['mean']:+.3f}, {r['verdict']}" if "mean" in r else r["verdict"])
+    wu = [f"`{t}` ({data['prediction'][t]}): ft+yarn − ft beyond L_pre {estimate(r)}, {r['verdict']}"
           for t in data["targets"] for r in [data["claims"][t]["ft+yarn > ft beyond L_pre"]]]
     out += ["", "Wu et al.'s prediction against the measurement: " + "; ".join(wu) + "."]
     for task in data["targets"]:
