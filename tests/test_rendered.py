@@ -12,7 +12,7 @@ from experiments import common, stats
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ryarn renders nothing until its new default (#49) has run: its earlier results are an ablation now,
 # results/ryarn-pretrained-length.{md,json,png}, which the current code does not render.
-EXPERIMENTS = ("retrieval", "distance", "llm", "encodings")
+EXPERIMENTS = ("retrieval", "distance", "ryarn", "llm", "encodings")
 
 
 def read(path: str) -> str:
