@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -204,6 +205,22 @@ def load_checkpoint(run_dir: str) -> dict:
     if missing:
         raise UsageError(f"{path} is not a lengen checkpoint (no '{missing[0]}')")
     return ckpt
+
+
+def code_digest() -> str:
+    """sha256 of the code a small GPT's training runs: a run trained by older code is trained again."""
+    digest = hashlib.sha256()
+    root = os.path.dirname(os.path.abspath(__file__))
+    for name in ("lengen.py", "tasks.py", "train.py", "eval.py", "runs.py"):
+        with open(os.path.join(root, name), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
+def made_by_record(argv: list[str]) -> dict:
+    """What a finished small-GPT run's made-by.json holds: the command line that trained it (train.py's argv) and
+    the code that did (code_digest). An experiment reuses the run only where both are its own."""
+    return {"argv": list(argv), "code": code_digest()}
 
 
 # what --force replaces

@@ -21,7 +21,6 @@ an experiment, late, and nothing below imports an experiment.
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import importlib
 import json
 import multiprocessing
@@ -40,7 +39,7 @@ import torch
 import train
 from eval import experiment_names, pyplot, sample_sd, save_figure
 from experiments.stats import FIT_BAR
-from runs import Interrupted, UsageError, hold, read_fit, save_atomic, signals_deferred
+from runs import Interrupted, UsageError, code_digest, hold, read_fit, save_atomic, signals_deferred
 
 # ---------------------------------------------------------------------------------------------------------
 # Figures: one colour per method, fixed across panels; bands over seeds
@@ -380,24 +379,30 @@ def stopped(finished: int, total: int) -> Interrupted:
 
 def train_once(argv: list[str]) -> dict:
     """train.run(argv) for an experiment's model, unless its --out already holds the run that this very argv
-    trained with this very code (an experiment stopped part-way and started again): then that run, untouched.
-    made-by.json, written once training has finished, says which; train.py --force into the folder drops it."""
+    trained with this very code (an experiment stopped part-way and started again, or the model trained from
+    its recorded command): then that run, untouched. made-by.json, which train.py writes once training has
+    finished, says which; train.py --force into the folder with another command line replaces it."""
     out = argv[argv.index("--out") + 1]
-    made_by = {"argv": argv, "code": code_digest()}
-    try:
-        with open(os.path.join(out, "made-by.json")) as f:
-            reuse = json.load(f) == made_by
+    if trained(argv):
         final = os.path.join(out, "final.json")  # absent when its caller measures the run itself
-        if reuse and not os.path.isfile(final):
-            return {"run": out, "rows": []}
-        if reuse:
+        try:
             with open(final) as f:
                 return {"run": out, "rows": json.load(f)}
-    except (OSError, ValueError):  # no such file, or one cut short: train
-        pass
-    result = train.run(argv)
-    save_atomic(os.path.join(out, "made-by.json"), lambda f: f.write(json.dumps(made_by).encode()))
-    return result
+        except FileNotFoundError:
+            return {"run": out, "rows": []}
+        except (OSError, ValueError):  # one cut short: train
+            pass
+    return train.run(argv)
+
+
+def trained(argv: list[str]) -> bool:
+    """Whether train.py's argv has already been trained, by this code, into its --out (its made-by.json)."""
+    out = argv[argv.index("--out") + 1]
+    try:
+        with open(os.path.join(out, "made-by.json")) as f:
+            return json.load(f) == {"argv": argv, "code": code_digest()}
+    except (OSError, ValueError):  # no such file, or one cut short
+        return False
 
 
 def fit_of(argv: list[str]) -> dict:
@@ -470,16 +475,6 @@ def probe_table(fits: dict[str, dict[str, dict]], rows: list[str], first: str) -
     out += [f"| {row} | " + " | ".join(probe_cell(fits[c][row]) for c in columns) + " |" for row in rows]
     counts = {c: sum(fitted(fits[c][row]) for row in rows) for c in columns}
     return out + ["", "Fitted: " + "; ".join(f"{c} {n} of {len(rows)}" for c, n in counts.items()) + "."]
-
-
-def code_digest() -> str:
-    """sha256 of the code a small GPT's training runs: a run trained by older code is trained again."""
-    digest = hashlib.sha256()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for name in ("lengen.py", "tasks.py", "train.py", "eval.py", "runs.py"):
-        with open(os.path.join(root, name), "rb") as f:
-            digest.update(f.read())
-    return digest.hexdigest()
 
 
 def usable_jobs(jobs: int, items: int, threads: int = 1) -> int:

@@ -40,7 +40,7 @@ def test_force_onto_a_run_on_another_filesystem_replaces_it_whole(tmp_path, othe
     os.symlink(far, tmp_path / "far")
     assert train.main([*RUN, "--seed", "1", "--force", "--out", str(tmp_path / "far")]) == 0
     assert json.load(open(os.path.join(far, "config.json")))["seed"] == 1
-    assert sorted(os.listdir(far)) == ["checkpoint.pt", "config.json", "log.jsonl"]
+    assert sorted(os.listdir(far)) == ["checkpoint.pt", "config.json", "log.jsonl", "made-by.json"]
     empty = os.path.join(other_disk, "mount")  # a new run into an empty folder on another disk
     os.makedirs(empty)
     os.symlink(empty, tmp_path / "mount")
