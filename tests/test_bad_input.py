@@ -108,6 +108,14 @@ CASES = [
     ("eval", ["--experiment", "retrieval", "--probe"], "--probe: retrieval has no probe"),
     ("eval", ["--experiment", "encodings", "--probe", "--quick"], "choose one of --quick and --probe"),
     ("eval", ["--experiment", "encodings", "--probe", "--render"], "a probe has none"),
+    # --cells and --launcher (#52): only a study that lists its models; never a probe; one of the two; a launcher
+    # this runner knows
+    ("eval", ["--experiment", "retrieval", "--quick", "--cells", "{tmp}/cells"], "does not list its models as cells"),
+    ("eval", ["--experiment", "ryarn", "--probe", "--cells", "{tmp}/cells"], "--probe trains nothing to share out"),
+    ("eval", ["--experiment", "ryarn", "--quick", "--cells", "{tmp}/c", "--launcher", "submitit"], "choose one"),
+    ("eval", ["--experiment", "ryarn", "--quick", "--launcher", "slurm"], "give local, submitit or submitit:"),
+    ("eval", ["--experiment", "ryarn", "--quick", "--launcher", "submitit:lsf"], "give local, submitit or submitit:"),
+    ("eval", ["{runs}/run", "--cells", "{tmp}/cells"], "--cells is for --experiment"),
     ("eval", ["--bench", "--jobs", "2"], "--bench measures what --jobs does"),
     # flags the command would drop without a word (#35 item 21)
     ("eval", ["{runs}/run", "--experiment", "ryarn"], "--experiment runs with its own settings: leave out RUN"),
