@@ -271,10 +271,10 @@ SUBMITIT_CLUSTERS = ("slurm", "local", "debug")
 
 
 def check_cells(name: str, study, args, preset: str) -> None:
-    """--cells and --launcher: the study lists its cells, the command is one that trains, submitit is there."""
+    """--cells and --launcher: the study lists its cells, the command is one that trains, the launcher is known."""
     flag = "--cells" if args.cells else f"--launcher {args.launcher}"
     if not hasattr(study, "cells"):
-        raise UsageError(f"{flag}: {name} does not list its models as cells (ryarn, distance and retrieval do); run it "
+        raise UsageError(f"{flag}: {name} does not list its models as cells (ryarn and distance do); run it "
                          "without, --jobs N for several at once")
     if args.render or preset == "probe":
         raise UsageError(f"{flag}: --{'render' if args.render else 'probe'} trains nothing to share out (a probe "
