@@ -460,12 +460,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1,
                    help="experiment: this many independent runs at once, each in its own process (results are "
                         "identical to --jobs 1)")
+    p.add_argument("--cells", default=None, metavar="DIR",
+                   help="experiment: write DIR/wave1.txt, wave2.txt, ...: a command per model still to train, for "
+                        "a scheduler (docs/scaling-out.md); the same command without --cells then collects them")
+    p.add_argument("--launcher", default="local",
+                   help="experiment: local (this machine, --jobs at once) or submitit[:slurm|local|debug] (each "
+                        "wave a job array; pip install submitit)")
     return p
 
 
 # What each kind of command reads: a flag of another kind would be dropped without a word, so it is refused.
 EVALUATION_FLAGS = ("lengths", "delays", "samples", "llm", "task", "scaling", "factor", "original_len", "plot", "json")
-EXPERIMENT_FLAGS = ("quick", "full", "probe", "out_dir", "force", "render", "jobs")
+EXPERIMENT_FLAGS = ("quick", "full", "probe", "out_dir", "force", "render", "jobs", "cells", "launcher")
 
 
 def refuse_dropped(args) -> None:
@@ -473,7 +479,7 @@ def refuse_dropped(args) -> None:
     a run, --task on a small-GPT run (it has its own), and a run together with --llm (which one to evaluate?)."""
     def given(flag):
         value = getattr(args, flag)
-        return value is not None and value is not False and not (flag == "jobs" and value == 1)
+        return value is not None and value is not False and value != {"jobs": 1, "launcher": "local"}.get(flag)
     experiment = "--bench" if args.bench else "--experiment" if args.experiment else None
     if experiment:
         dropped = (["RUN"] if args.run else []) + [f for f in EVALUATION_FLAGS if given(f)]

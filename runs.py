@@ -2,7 +2,8 @@
 
 - Every file is written to a temporary name, flushed to the disk and renamed over the old one (save_atomic):
   a kill or a power cut leaves the old file or the new one, never a part of one.
-- A run is held while it trains (hold): a second train.py on the same folder is turned away in one line.
+- A run is held while it trains (hold): a second train.py on the same folder, on this machine or on another
+  node of a cluster that shares the filesystem, is turned away in one line.
 - --force builds the new run beside the old one and swaps it in only once it is whole (prepare_run_dir,
   swap_in): a new run that fails to start leaves the old one exactly as it was.
 - Ctrl-C and SIGTERM (what a cluster scheduler sends before it preempts a job) finish the step in flight
@@ -18,7 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import fcntl
+import hashlib
 import json
 import math
 import os
@@ -26,8 +27,10 @@ import re
 import resource
 import shutil
 import signal
+import socket
 import sys
 import threading
+import time
 
 import torch
 
@@ -204,6 +207,22 @@ def load_checkpoint(run_dir: str) -> dict:
     return ckpt
 
 
+def code_digest() -> str:
+    """sha256 of the code a small GPT's training runs: a run trained by older code is trained again."""
+    digest = hashlib.sha256()
+    root = os.path.dirname(os.path.abspath(__file__))
+    for name in ("lengen.py", "tasks.py", "train.py", "eval.py", "runs.py"):
+        with open(os.path.join(root, name), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
+def made_by_record(argv: list[str]) -> dict:
+    """What a finished small-GPT run's made-by.json holds: the command line that trained it (train.py's argv) and
+    the code that did (code_digest). An experiment reuses the run only where both are its own."""
+    return {"argv": list(argv), "code": code_digest()}
+
+
 # what --force replaces
 RUN_FILES = ("config.json", "checkpoint.pt", "log.jsonl", "final.json", "fit.json", "model", "made-by.json")
 
@@ -223,37 +242,127 @@ def build_folder(out: str) -> str:
     return os.path.join(real, ".lengen.new") if os.path.isdir(real) else beside(real, "new")
 
 
+# The lock of a run folder is a file inside it, made with O_CREAT | O_EXCL: the create either makes the file or
+# fails because it exists, and that holds on a shared filesystem (NFS since v3, Lustre, GPFS) where fcntl.flock
+# may be node-local or off, so that two nodes of a cluster could both have trained into one folder. Inside the
+# folder, not beside it: one folder reached under two names (a symlink, a bind mount, another node's mount point)
+# has one lock. A process killed outright leaves its file behind, so the file names its holder: on the same host
+# a lock whose process is gone is stale; from another host, whose processes cannot be seen, a lock its holder has
+# not touched for LOCK_STALE_S seconds is (the holder touches it every LOCK_BEAT_S while it runs).
+LOCK_NAME = ".lengen.lock"
+LOCK_BEAT_S = 60.0
+LOCK_STALE_S = 600.0  # ten missed beats: more than a shared filesystem's clock skew or a stalled write
+
+
+def lock_owner(path: str) -> dict | None:
+    """What a lock file says of its holder ({"host", "pid", "holder"}), or None when it cannot be read (it went
+    as we looked, or its holder died between making it and writing it: then only its age tells)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            owner = json.load(f)
+        return owner if isinstance(owner, dict) and {"host", "pid"} <= set(owner) else None
+    except (OSError, ValueError):
+        return None
+
+
+def lock_stale(path: str, owner: dict | None) -> str | None:
+    """Why the lock at `path` is left over from a holder that is gone (a line), or None while it may be alive."""
+    if owner and owner["host"] == socket.gethostname():
+        try:
+            os.kill(owner["pid"], 0)
+        except ProcessLookupError:
+            return f"its process {owner['pid']} on {owner['host']} is gone"
+        except (PermissionError, OverflowError, TypeError):  # alive under another user; a pid no process has
+            pass
+        return None
+    try:
+        age = time.time() - os.stat(path).st_mtime
+    except FileNotFoundError:
+        return "it was released"
+    return f"untouched for {age:.0f} s (more than {LOCK_STALE_S:.0f})" if age > LOCK_STALE_S else None
+
+
+def take_lock(out: str, holder: str) -> str:
+    """Make out/.lengen.lock naming this host and process, or say in one line who holds it. A stale lock is taken
+    over under a second exclusive file (.lengen.lock.break), so that of two processes finding it stale at once
+    only one replaces it; the other sees the new holder."""
+    lock = os.path.join(out, LOCK_NAME)
+    me = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "holder": holder})
+    for _ in range(3):  # a lock released or broken as we look is tried again
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            owner = lock_owner(lock)
+            why = lock_stale(lock, owner)
+            if why is None:
+                who = f"{owner.get('holder', 'command')} (pid {owner['pid']} on {owner['host']})" if owner else holder
+                raise UsageError(f"{out} is in use by another {who}; wait for it to finish, or delete {lock} if "
+                                 "nothing holds it") from None
+            breaker = lock + ".break"
+            try:
+                os.close(os.open(breaker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            except FileExistsError:  # another process is taking it over now; one left by a killed one is old
+                if time.time() - os.stat(breaker).st_mtime > LOCK_BEAT_S:
+                    os.remove(breaker)
+                continue
+            try:
+                if lock_owner(lock) == owner and lock_stale(lock, owner):  # still the lock judged stale
+                    print(f"{out}: taking over a stale lock ({why})", file=sys.stderr)
+                    os.remove(lock)
+            finally:
+                os.remove(breaker)
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(me)
+            f.flush()
+            os.fsync(f.fileno())
+        return me
+    raise UsageError(f"{out} is in use by another {holder}; wait for it to finish")
+
+
 @contextlib.contextmanager
 def hold(out: str, holder: str = "train.py"):
-    """Hold the run folder `out` while the block runs: a second train.py on it is turned away in one line
-    instead of racing this one for its files (`holder` names the command in that line). The lock is an flock
-    on runs/.NAME.lock, which the kernel drops however the process ends. What a process killed outright leaves
-    (a half-built new run, *.tmp files) is cleared on the way in; this process's own on the way out."""
+    """Hold the run folder `out` while the block runs: a second train.py on it, on this machine or another that
+    shares the filesystem, is turned away in one line instead of racing this one for its files (`holder` names
+    the command in that line). The lock is out/.lengen.lock (take_lock), touched every LOCK_BEAT_S while the
+    block runs. `out` is made for it if it is not there, and removed again if the block leaves it empty. What a
+    process killed outright leaves (a half-built new run, *.tmp files) is cleared on the way in; this process's
+    own on the way out."""
     if os.path.islink(out) and not os.path.exists(out):  # its lock would be made where the link points
         raise UsageError(f"cannot write to {out}: a symlink to nothing")
-    lock = beside(out, "lock")
+    made = not os.path.lexists(out)
     try:
-        os.makedirs(os.path.dirname(lock), exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise UsageError(f"{out} is in use by another {holder}; wait for it to finish") from None
-            if os.fstat(fd).st_nlink:  # still the lock file, not one its last holder removed as we opened it
-                break
-            os.close(fd)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
+        os.makedirs(out, exist_ok=True)
+        me = take_lock(out, holder)
+    except (OSError, UsageError) as e:  # a file where the folder should be, a read-only folder; held already
+        if made:  # left as it was (a process racing this one may have made it and hold it: then it stays)
+            with contextlib.suppress(OSError):
+                os.rmdir(out)
+        if isinstance(e, UsageError):
+            raise
         raise UsageError(f"cannot write to {out}: {e.strerror}") from None
+    lock, done = os.path.join(out, LOCK_NAME), threading.Event()
+    beat = threading.Thread(target=touch_while, args=(lock, done), daemon=True)
+    beat.start()
     try:
         tidy(out)
         yield
     finally:
+        done.set()
+        beat.join()
         tidy(out)
-        os.remove(lock)
-        os.close(fd)
+        if lock_owner(lock) == json.loads(me):  # still ours (not broken by another host that thought us gone)
+            os.remove(lock)
+        if made and not os.listdir(out):  # a run that never started leaves no folder behind
+            os.rmdir(out)
+
+
+def touch_while(lock: str, done: threading.Event) -> None:
+    """The lock's heartbeat: its time stamp renewed every LOCK_BEAT_S until `done`, so that another host can
+    tell a held lock from one left by a holder that died (lock_stale)."""
+    while not done.wait(LOCK_BEAT_S):
+        with contextlib.suppress(OSError):
+            os.utime(lock)
 
 
 def tidy(out: str) -> None:

@@ -40,7 +40,7 @@ import text_tasks
 from eval import evaluate, final_table, load_run, markdown_table, model_config
 from runs import (MAX_SAMPLES, Interrupted, Parser, RunConfig, RunFolder, UsageError, check_fit_flags, check_machine,
                   check_memory, check_runtime, cli_main, finite, fit_due, fit_record, hold, int_range, int_set,
-                  load_checkpoint, record_fit, refuse_unused, resume_config, save_atomic)
+                  load_checkpoint, made_by_record, record_fit, refuse_unused, resume_config, save_atomic)
 
 
 # Defaults of a small GPT trained from scratch; an LLM fine-tune has its own (finetune.DEFAULTS).
@@ -280,11 +280,14 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
             raise UsageError(str(e)) from None
     with hold(cfg.out):
         model = train(cfg, on_step)
-        if not cfg.eval_samples:  # the caller measures the model itself
-            return {"run": cfg.out, "rows": []}
-        rows, key = final_table(model, cfg)
-        save_atomic(os.path.join(cfg.out, "final.json"), lambda f: f.write(json.dumps(rows, indent=1).encode()))
-    if not cfg.quiet:
+        rows, key = final_table(model, cfg) if cfg.eval_samples else ([], None)  # 0: the caller measures it
+        if cfg.eval_samples:
+            save_atomic(os.path.join(cfg.out, "final.json"), lambda f: f.write(json.dumps(rows, indent=1).encode()))
+        # Last, once the run is whole: what an experiment reuses the run by (common.train_once), so that a model
+        # trained from its recorded command, here or on a cluster's node, is never trained again.
+        made_by = json.dumps(made_by_record(sys.argv[1:] if argv is None else argv))
+        save_atomic(os.path.join(cfg.out, "made-by.json"), lambda f: f.write(made_by.encode()))
+    if cfg.eval_samples and not cfg.quiet:
         print(f"\n{cfg.out}: trained on {key}s " + (f"{cfg.train_len[0]}..{cfg.train_len[1]}" if key == "length"
                                                      else ",".join(map(str, cfg.task_options["delays"]))))
         print(markdown_table(rows, key))

@@ -21,13 +21,13 @@ an experiment, late, and nothing below imports an experiment.
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import importlib
 import json
 import multiprocessing
 import os
 import re
 import resource
+import shlex
 import signal
 import sys
 import tempfile
@@ -36,11 +36,12 @@ import threading
 import time
 
 import torch
+from tqdm import tqdm
 
 import train
 from eval import experiment_names, pyplot, sample_sd, save_figure
 from experiments.stats import FIT_BAR
-from runs import Interrupted, UsageError, hold, read_fit, save_atomic, signals_deferred
+from runs import Interrupted, UsageError, code_digest, hold, read_fit, save_atomic, signals_deferred
 
 # ---------------------------------------------------------------------------------------------------------
 # Figures: one colour per method, fixed across panels; bands over seeds
@@ -226,6 +227,11 @@ def run_experiment(name: str, args) -> None:
     if hasattr(study, "refuse"):  # what this machine cannot run, said before any folder is made
         study.refuse(args)
     args.out_dir = args.out_dir or default_out_dir(args)
+    if args.cells or args.launcher != "local":
+        check_cells(name, study, args, preset)
+    if args.cells:  # the models still to train, as commands for a scheduler: nothing is trained or written here
+        write_cells(study.cells(args), args.cells)
+        return
     results = results_name(name, args)
     check_out_dir(results, args)
     # A second command on the same experiment and preset would race this one for its run folders: it is
@@ -235,6 +241,8 @@ def run_experiment(name: str, args) -> None:
             with open(os.path.join(args.out_dir, f"{results}.json"), encoding="utf-8") as f:
                 data = report.decide_again(json.load(f, object_hook=int_keys))
         else:
+            if args.launcher != "local":  # every model trained by the scheduler first; the run then reuses them
+                launch_cells(study.cells(args), args, os.path.join("runs", name, preset, "submitit"))
             data = study.run(args)
         markdown = report.markdown(data)
         if args.render:  # the recorded command stays the one that measured the numbers; this says who decided
@@ -249,6 +257,87 @@ def run_experiment(name: str, args) -> None:
             if (new := render_blocks(text, only=name)) != text:
                 save_atomic(page, lambda f: f.write(new.encode()))
                 print(f"rendered its tables in {os.path.relpath(page, ROOT)}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scaling out: an experiment's models as commands a scheduler runs (--cells), or through submitit (--launcher)
+# ---------------------------------------------------------------------------------------------------------
+
+# A study whose run(args) trains a grid of small GPTs has cells(args): the train.py argvs run() trains, in waves
+# (a model of wave 2 may start from one of wave 1: --init). Every one of them goes through train_once, which
+# reuses a run that train.py recorded (made-by.json) for this very argv and code, so once every cell is trained
+# outside, run(args) trains nothing and gives the results it would have given alone.
+SUBMITIT_CLUSTERS = ("slurm", "local", "debug")
+
+
+def check_cells(name: str, study, args, preset: str) -> None:
+    """--cells and --launcher: the study lists its cells, the command is one that trains, the launcher is known."""
+    flag = "--cells" if args.cells else f"--launcher {args.launcher}"
+    if not hasattr(study, "cells"):
+        raise UsageError(f"{flag}: {name} does not list its models as cells (ryarn and distance do); run it "
+                         "without, --jobs N for several at once")
+    if args.render or preset == "probe":
+        raise UsageError(f"{flag}: --{'render' if args.render else 'probe'} trains nothing to share out (a probe "
+                         "measures what a step costs on one machine)")
+    if args.cells and args.launcher != "local":
+        raise UsageError("--cells writes the commands, --launcher runs them: choose one")
+    if args.launcher != "local":
+        kind, _, cluster = args.launcher.partition(":")
+        if kind != "submitit" or (cluster and cluster not in SUBMITIT_CLUSTERS):
+            raise UsageError(f"--launcher {args.launcher}: give local, submitit or submitit:CLUSTER "
+                             f"({', '.join(SUBMITIT_CLUSTERS)})")
+
+
+def cell_line(argv: list[str]) -> str:
+    """One model's command, whole: from this folder (where runs/ is), with this Python and this checkout's
+    train.py, so that a node sharing the filesystem runs the same code (made-by.json's digest matches)."""
+    return (f"cd {shlex.quote(os.getcwd())} && {shlex.quote(sys.executable)} "
+            f"{shlex.quote(os.path.join(ROOT, 'train.py'))} {shlex.join(argv)}")
+
+
+def write_cells(waves: list[list[list[str]]], folder: str) -> None:
+    """--cells DIR: DIR/wave1.txt, wave2.txt, ...: one line per model of that wave still to train (a model
+    already trained by this code is left out; a wave may be empty). Wave k + 1 starts once wave k has finished."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--cells {folder}: {e.strerror}") from None
+    counts = []
+    for k, wave in enumerate(waves, 1):
+        lines = "".join(cell_line(argv) + "\n" for argv in wave if not trained(argv))
+        save_atomic(os.path.join(folder, f"wave{k}.txt"), lambda f: f.write(lines.encode()))
+        counts.append(f"wave{k}.txt {lines.count(chr(10))} of {len(wave)} models")
+    print(f"wrote {folder}/: {'; '.join(counts)} still to train. Run every line of a wave, the waves in order; "
+          "then the same command without --cells trains nothing more and writes the results.")
+
+
+def launch_cells(waves: list[list[list[str]]], args, folder: str) -> None:
+    """--launcher submitit[:CLUSTER]: each wave's models still to train as one job array of submitit's executor
+    (SLURM where sbatch is found, else processes on this machine; "debug": one by one in this process), each
+    job its cell's command (cell_line), waited for before the next wave starts."""
+    try:
+        import submitit  # an optional extra, needed only here (CI installs it: .ci/run)
+    except ImportError:
+        raise UsageError(f"--launcher {args.launcher} needs submitit: pip install submitit") from None
+    cluster = args.launcher.partition(":")[2] or None
+    executor = submitit.AutoExecutor(folder=os.path.join(folder, "%j"), cluster=cluster)
+    executor.update_parameters(name=f"lengen-{args.experiment}", cpus_per_task=args.threads or 1,
+                               **({"gpus_per_node": 1} if args.device.startswith("cuda") else {}))
+    for k, wave in enumerate(waves, 1):
+        todo = [argv for argv in wave if not trained(argv)]
+        with executor.batch():
+            jobs = [executor.submit(submitit.helpers.CommandFunction(
+                [sys.executable, os.path.join(ROOT, "train.py"), *argv], cwd=os.getcwd(), verbose=False))
+                for argv in todo]
+        failed = []
+        for job in tqdm(jobs, desc=f"wave {k} on {executor.cluster}", disable=not jobs):
+            try:
+                job.result()
+            except Exception:  # submitit's FailedJobError (the command failed) or a job lost: its log says why
+                failed.append(job.job_id)
+        if failed:
+            raise UsageError(f"wave {k}: {len(failed)} of {len(jobs)} jobs failed (first: {failed[0]}; its log is "
+                             f"in {folder}/{failed[0]}); the finished models are kept: run the same command again")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -380,24 +469,30 @@ def stopped(finished: int, total: int) -> Interrupted:
 
 def train_once(argv: list[str]) -> dict:
     """train.run(argv) for an experiment's model, unless its --out already holds the run that this very argv
-    trained with this very code (an experiment stopped part-way and started again): then that run, untouched.
-    made-by.json, written once training has finished, says which; train.py --force into the folder drops it."""
+    trained with this very code (an experiment stopped part-way and started again, or the model trained from
+    its cell's command: --cells): then that run, untouched. made-by.json, which train.py writes once training has
+    finished, says which; train.py --force into the folder with another command line replaces it."""
     out = argv[argv.index("--out") + 1]
-    made_by = {"argv": argv, "code": code_digest()}
-    try:
-        with open(os.path.join(out, "made-by.json")) as f:
-            reuse = json.load(f) == made_by
+    if trained(argv):
         final = os.path.join(out, "final.json")  # absent when its caller measures the run itself
-        if reuse and not os.path.isfile(final):
-            return {"run": out, "rows": []}
-        if reuse:
+        try:
             with open(final) as f:
                 return {"run": out, "rows": json.load(f)}
-    except (OSError, ValueError):  # no such file, or one cut short: train
-        pass
-    result = train.run(argv)
-    save_atomic(os.path.join(out, "made-by.json"), lambda f: f.write(json.dumps(made_by).encode()))
-    return result
+        except FileNotFoundError:
+            return {"run": out, "rows": []}
+        except (OSError, ValueError):  # one cut short: train
+            pass
+    return train.run(argv)
+
+
+def trained(argv: list[str]) -> bool:
+    """Whether train.py's argv has already been trained, by this code, into its --out (its made-by.json)."""
+    out = argv[argv.index("--out") + 1]
+    try:
+        with open(os.path.join(out, "made-by.json")) as f:
+            return json.load(f) == {"argv": argv, "code": code_digest()}
+    except (OSError, ValueError):  # no such file, or one cut short
+        return False
 
 
 def fit_of(argv: list[str]) -> dict:
@@ -470,16 +565,6 @@ def probe_table(fits: dict[str, dict[str, dict]], rows: list[str], first: str) -
     out += [f"| {row} | " + " | ".join(probe_cell(fits[c][row]) for c in columns) + " |" for row in rows]
     counts = {c: sum(fitted(fits[c][row]) for row in rows) for c in columns}
     return out + ["", "Fitted: " + "; ".join(f"{c} {n} of {len(rows)}" for c, n in counts.items()) + "."]
-
-
-def code_digest() -> str:
-    """sha256 of the code a small GPT's training runs: a run trained by older code is trained again."""
-    digest = hashlib.sha256()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for name in ("lengen.py", "tasks.py", "train.py", "eval.py", "runs.py"):
-        with open(os.path.join(root, name), "rb") as f:
-            digest.update(f.read())
-    return digest.hexdigest()
 
 
 def usable_jobs(jobs: int, items: int, threads: int = 1) -> int:

@@ -384,6 +384,14 @@ def run_probe(args, setup: dict) -> dict:
     return probe(cells, args, setup)
 
 
+def cells(args) -> list[list[list[str]]]:
+    """The models run() trains, as train.py argvs: one wave (none starts from another). What --cells and
+    --launcher hand a scheduler."""
+    preset = preset_name(args)
+    setup = PRESETS[preset]
+    return [[model_argv(setup, preset, args, *key) for key in dict.fromkeys(planned_models(setup))]]
+
+
 def run(args) -> dict:
     """Train and measure every model of the preset, decide the claims, and return what results/distance.json
     keeps (the probe's record for --probe)."""

@@ -40,7 +40,7 @@ def test_force_onto_a_run_on_another_filesystem_replaces_it_whole(tmp_path, othe
     os.symlink(far, tmp_path / "far")
     assert train.main([*RUN, "--seed", "1", "--force", "--out", str(tmp_path / "far")]) == 0
     assert json.load(open(os.path.join(far, "config.json")))["seed"] == 1
-    assert sorted(os.listdir(far)) == ["checkpoint.pt", "config.json", "log.jsonl"]
+    assert sorted(os.listdir(far)) == ["checkpoint.pt", "config.json", "log.jsonl", "made-by.json"]
     empty = os.path.join(other_disk, "mount")  # a new run into an empty folder on another disk
     os.makedirs(empty)
     os.symlink(empty, tmp_path / "mount")
@@ -322,3 +322,100 @@ def test_memory_is_the_containers_and_an_allocation_that_fails_is_one_line(tmp_p
     assert lengen_eval.main([run, "--samples", "4", "--threads", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "out of memory (4.29e+09 GiB asked at once)" in err, err
+
+
+# A process that holds a folder through runs.hold once `go` exists, until `release` exists; it prints "held", or
+# its one-line refusal and exits 2, as train.py would.
+HOLDER = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+import runs
+folder, go, release = sys.argv[1:]
+while not os.path.exists(go):
+    time.sleep(0.005)
+try:
+    with runs.hold(folder):
+        print("held", flush=True)
+        while not os.path.exists(release):
+            time.sleep(0.01)
+except runs.UsageError as e:
+    print(e, file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def holders(tmp_path, folder, n):
+    script = HOLDER.format(root=ROOT)
+    return [subprocess.Popen([sys.executable, "-c", script, folder, str(tmp_path / "go"), str(tmp_path / "release")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
+
+
+def test_processes_racing_for_one_folder_one_holds_it_the_others_are_refused(tmp_path):
+    """#52: the lock is an exclusive create (O_EXCL), which holds on shared filesystems where flock may not.
+    Four processes let go at once: one holds the folder, three are refused in one line naming its holder.
+    Bug caught: a lock file opened without O_EXCL (every process held the folder)."""
+    folder = str(tmp_path / "run")
+    procs = holders(tmp_path, folder, 4)
+    time.sleep(1.0)  # every interpreter started and waiting
+    (tmp_path / "go").touch()
+    deadline = time.time() + 120
+    while sum(p.poll() is not None for p in procs) < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    (tmp_path / "release").touch()
+    results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
+    held = [r for r in results if r[0] == 0]
+    refused = [r for r in results if r[0] == 2]
+    assert len(held) == 1 and held[0][1] == "held\n", results
+    assert len(refused) == 3, results
+    for _, _, err in refused:
+        assert len(err.splitlines()) == 1 and "in use by another train.py (pid" in err, err
+    assert not os.path.exists(folder)  # the holder's lock went with it, and so did the folder it made
+
+
+def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path, capsys):
+    """#52: a process killed outright (kill -9, a node lost) cannot remove its lock file. On the same host the lock
+    names a process that is gone: the next train.py says so in one line and trains. Bug caught: a stale lock
+    refused like a live one (the folder blocked for good)."""
+    folder = str(tmp_path / "run")
+    (tmp_path / "go").touch()
+    proc, = holders(tmp_path, folder, 1)
+    assert proc.stdout.readline() == "held\n"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert os.path.exists(os.path.join(folder, runs.LOCK_NAME))  # what a killed holder leaves
+    assert train.main([*RUN, "--out", folder]) == 0
+    err = capsys.readouterr().err
+    assert f"taking over a stale lock (its process {proc.pid} on" in err and "is gone" in err, err
+    assert os.path.isfile(os.path.join(folder, "checkpoint.pt"))
+    assert not os.path.exists(os.path.join(folder, runs.LOCK_NAME))
+
+
+def test_a_lock_from_another_host_is_stale_only_once_its_holder_stops_touching_it(tmp_path, capsys):
+    """#52: another node's process cannot be looked up, so its lock counts as held while its holder touches it
+    (every LOCK_BEAT_S), and as stale once untouched for LOCK_STALE_S. Bugs caught: a lock from another host
+    judged by a pid of this host (taken over while held); one never judged stale."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lock = folder / runs.LOCK_NAME
+    lock.write_text(json.dumps({"host": "another-node.invalid", "pid": os.getpid() + 10 ** 7, "holder": "train.py"}))
+    assert train.main([*RUN, "--out", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "in use by another train.py (pid" in err and "another-node" in err, err
+    assert os.listdir(folder) == [runs.LOCK_NAME]  # nothing written
+    old = time.time() - runs.LOCK_STALE_S - 60
+    os.utime(lock, (old, old))
+    assert train.main([*RUN, "--out", str(folder)]) == 0
+    assert "taking over a stale lock (untouched for" in capsys.readouterr().err
+    assert not lock.exists() and (folder / "checkpoint.pt").exists()
+
+
+def test_a_held_lock_is_touched_so_another_host_sees_it_alive(tmp_path, monkeypatch):
+    """Bug caught: a heartbeat that never renews the lock's time, so a run longer than LOCK_STALE_S would be taken
+    over by another node while it trains."""
+    monkeypatch.setattr(runs, "LOCK_BEAT_S", 0.05)
+    folder = str(tmp_path / "run")
+    with runs.hold(folder):
+        lock = os.path.join(folder, runs.LOCK_NAME)
+        os.utime(lock, (0, 0))
+        time.sleep(0.5)
+        assert time.time() - os.stat(lock).st_mtime < 5

@@ -237,6 +237,57 @@ def test_jobs_2_writes_what_jobs_1_writes(quick_run, tmp_path):
     assert results(two) == results(quick_run[1])
 
 
+def results_of(data: dict) -> dict:
+    """What a run measured and decided: everything but what it took (wall and CPU time)."""
+    return {k: v for k, v in data.items() if k != "runtime"}
+
+
+def checkpoints(folder) -> dict:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.glob("runs/**/checkpoint.pt")}
+
+
+@pytest.mark.slow  # 33 train.py processes, a fresh Python and torch each
+def test_cells_trained_wave_by_wave_are_reused_and_give_the_plain_runs_json(quick_run, tmp_path):
+    """#52: `--cells DIR` writes one command per model still to train, per wave; a shell loop runs the waves in
+    order (two lines at a time, as a scheduler would run more); the plain command then trains nothing and writes
+    the json of a plain run. Bug caught: train.py's commands not recording made-by.json (every model trained
+    again by the collecting run)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.chdir(tmp_path)
+        assert eval.main(["--experiment", "ryarn", "--quick", "--threads", "1", "--cells", "cells"]) == 0
+    waves = [(tmp_path / "cells" / f"wave{k}.txt").read_text().splitlines() for k in (1, 2)]
+    assert not (tmp_path / "cells" / "wave3.txt").exists()
+    assert [len(w) for w in waves] == [len(QUICK["bases"]), len(quick_run[1]["commands"]) - len(QUICK["bases"])]
+    assert all("--init" not in line for line in waves[0]) and all("--init" in line for line in waves[1])
+    # every model the run lists is a cell, with its very command line
+    argvs = {tuple(shlex.split(line.split("train.py ", 1)[1])) for w in waves for line in w}
+    assert argvs == {tuple(shlex.split(c)[2:]) for c in quick_run[1]["commands"].values()}
+    loop = ("for w in cells/wave1.txt cells/wave2.txt; do "
+            "xargs -d '\\n' -n 1 -P 2 bash -c 'eval \"$0\"' < $w || exit 1; done")  # each line in a shell of its own
+    subprocess.run(["bash", "-c", loop], cwd=tmp_path, check=True, capture_output=True)
+    before = checkpoints(tmp_path)
+    assert len(before) == sum(map(len, waves))
+    data = quick(tmp_path)
+    assert checkpoints(tmp_path) == before  # nothing trained again
+    assert results_of(data) == results_of(quick_run[1])
+    with pytest.MonkeyPatch.context() as monkeypatch:  # and nothing is left to train
+        monkeypatch.chdir(tmp_path)
+        assert eval.main(["--experiment", "ryarn", "--quick", "--threads", "1", "--cells", "cells"]) == 0
+    assert [(tmp_path / "cells" / f"wave{k}.txt").read_text() for k in (1, 2)] == ["", ""]
+
+
+@pytest.mark.slow  # 33 train.py processes
+def test_the_submitit_launcher_gives_the_pools_json(quick_run, tmp_path):
+    """#52: `--launcher submitit` runs each wave's cells as a submitit job array and waits for it, then the run
+    reuses them. Its debug executor (every job here, one after another) gives the pool's json. Bug caught: a
+    launcher that trains nothing (the run then trained every model itself)."""
+    pytest.importorskip("submitit")
+    data = quick(tmp_path, "--launcher", "submitit:debug")
+    assert results_of(data) == results_of(quick_run[1])
+    logs = list((tmp_path / "runs" / "ryarn" / "quick" / "submitit").glob("*/*_log.out"))
+    assert len(logs) == len(quick_run[1]["commands"])  # every model trained by a submitit job
+
+
 def test_ryarn_widens_its_range_from_l_ft_in_paper_r_stages(tmp_path):
     """Bugs caught: positions unsorted, repeated or beyond the range; a curriculum that starts anywhere but L_ft."""
     args = types.SimpleNamespace(threads=1, device="cpu")
