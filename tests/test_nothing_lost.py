@@ -1,7 +1,9 @@
 """Nothing lost, round three (#35 items 1-7): run folders on another filesystem or behind a symlink, folders that
 hold someone else's files, one lock per folder however it is named, results written whole or not at all, a
 run's own files never overwritten by eval.py, a diverged LLM fine-tune saving nothing, NaN scores refused,
-and a peak FLOP rate that must be a number > 0. Each test was watched failing with its fix taken out."""
+and a peak FLOP rate that must be a number > 0; round four (#53, at the end): swaps cut short by a kill or a
+failed rename, diverged first steps, --json and --plot onto what is not a plain file. Each test was watched failing
+with its fix taken out."""
 import json
 import os
 import shutil
@@ -322,3 +324,111 @@ def test_memory_is_the_containers_and_an_allocation_that_fails_is_one_line(tmp_p
     assert lengen_eval.main([run, "--samples", "4", "--threads", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "out of memory (4.29e+09 GiB asked at once)" in err, err
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Round four (#53): swaps cut short, diverged first steps, files that are not plain files
+# ---------------------------------------------------------------------------------------------------------
+
+
+def run_files(folder) -> dict:
+    """A folder's run files (runs.RUN_FILES present in it), name -> bytes."""
+    return {name: open(os.path.join(folder, name), "rb").read() for name in runs.RUN_FILES
+            if os.path.isfile(os.path.join(folder, name))}
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """An old run, and a new one (another seed, and a fit.json the old one lacks) as swap_in finds it: whole in
+    the old run's .lengen.new."""
+    base = tmp_path_factory.mktemp("two")
+    old, new = str(base / "old"), str(base / "new")
+    assert train.main([*RUN, "--out", old]) == 0
+    assert train.main([*RUN, "--seed", "1", "--fit-bar", "0.99", "--fit-every", "1", "--out", new]) == 0
+    shutil.copytree(new, os.path.join(old, ".lengen.new"))
+    return old, run_files(old), run_files(new)
+
+
+class Killed(BaseException):
+    """A SIGKILL, in this process: nothing after it runs (no except clause of lengen's catches it)."""
+
+
+def renames_fail_at(monkeypatch, call: int, error: BaseException) -> None:
+    """os.rename raises `error` at its call number `call` (from 0) from now on."""
+    rename, count = os.rename, [0]
+
+    def failing(*args):
+        count[0] += 1
+        if count[0] == call + 1:
+            raise error
+        rename(*args)
+    monkeypatch.setattr(os, "rename", failing)
+
+
+def test_a_swap_killed_at_any_rename_is_finished_by_the_next_command(two_runs, tmp_path, monkeypatch, capsys):
+    """Bug caught (item 1): a kill inside swap_in left the old run in out/.lengen.old, and the next train.py on
+    the folder (even a plain one, refused) deleted it with the new run's remaining files: neither run left. eval.py
+    said "not a run directory". Now the next command (train.py or eval.py) finishes the swap, in one line."""
+    import eval as lengen_eval
+    template, old, new = two_runs
+    for call in range(20):
+        run = str(tmp_path / f"run{call}")
+        shutil.copytree(template, run)
+        renames_fail_at(monkeypatch, call, Killed())
+        try:
+            runs.swap_in(os.path.join(run, ".lengen.new"), run)
+            finished = True
+        except Killed:
+            finished = False
+        monkeypatch.undo()
+        capsys.readouterr()
+        if call % 2:  # a plain train.py, refused: the folder holds a run
+            assert train.main([*RUN, "--out", run]) == 2
+        else:
+            assert lengen_eval.main([run, "--lengths", "16", "--samples", "4", "--threads", "1"]) == 0
+        err = capsys.readouterr().err
+        assert run_files(run) == new, f"killed at rename {call}: {sorted(run_files(run))}"
+        assert sorted(f for f in os.listdir(run) if f.startswith(".")) == [], call
+        assert finished or "swap of runs here was cut short" in err, err
+        if finished:
+            break
+    assert finished and call > 5  # every rename of the swap was a point of the kill
+
+
+def test_a_swap_whose_rename_fails_part_way_puts_the_old_run_back_whole(two_runs, tmp_path, monkeypatch):
+    """#53 (tests that catch): a rename that fails within swap_in (here EIO, at each rename in turn) is one line,
+    and leaves the old run exactly as it was and the new one whole where it was built."""
+    import errno
+    template, old, new = two_runs
+    for call in range(20):
+        run = str(tmp_path / f"run{call}")
+        shutil.copytree(template, run)
+        renames_fail_at(monkeypatch, call, OSError(errno.EIO, os.strerror(errno.EIO)))
+        try:
+            runs.swap_in(os.path.join(run, ".lengen.new"), run)
+            break
+        except runs.UsageError as e:
+            assert "the run there is unchanged" in str(e)
+        finally:
+            monkeypatch.undo()
+        assert run_files(run) == old and run_files(os.path.join(run, ".lengen.new")) == new, call
+        assert sorted(f for f in os.listdir(run) if f.startswith(".")) == [".lengen.new"], call
+    assert call > 5 and run_files(run) == new
+
+
+def test_a_forced_run_that_diverges_in_its_first_step_leaves_the_old_run(tmp_path, monkeypatch, capsys):
+    """Bug caught (item 5): --force with settings whose first step turns the weights to NaN while its loss was
+    finite (here a backward that overflows: every gradient NaN) swapped in that checkpoint, then stopped at step
+    2's loss: the old run gone, a NaN model in its place. Weights that are not finite are never saved."""
+    run = str(tmp_path / "run")
+    assert train.main([*RUN, "--out", run]) == 0
+    before = run_files(run)
+
+    def overflowed(parameters, max_norm):
+        for p in parameters:
+            p.grad.fill_(float("nan"))
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", overflowed)
+    assert train.main([*RUN, "--seed", "1", "--force", "--out", run]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the weights are not finite" in err, err
+    assert run_files(run) == before and sorted(os.listdir(tmp_path)) == ["run"]
