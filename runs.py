@@ -476,16 +476,21 @@ class RunFolder:
         save_atomic(os.path.join(self.folder, name), lambda f: f.write(data))
 
     def save_checkpoint(self, state: dict) -> None:
-        """checkpoint.pt; the first one of a new run puts the run in out's place. Weights that are not finite are
-        never saved: a step can turn them to inf or NaN while its own loss was finite (a huge --lr), and saved they
-        would replace the last checkpoint, or, in a new run's first, the run that --force replaces."""
-        if not all(torch.isfinite(w).all() for w in state["model"].values() if w.is_floating_point()):
-            raise UsageError(f"the weights are not finite (inf or NaN) after step {state['step']}: training "
-                             "diverged (lower --lr); nothing of this step was saved")
+        """checkpoint.pt, of finite weights (check_weights); the first one of a new run puts the run in out's place."""
+        check_weights(state["model"], f"after step {state['step']}")
         save_atomic(os.path.join(self.folder, "checkpoint.pt"), lambda f: torch.save(state, f))
         if not self.started:
             swap_in(self.folder, self.out)
             self.folder = self.out
+
+
+def check_weights(weights: dict, when: str) -> None:
+    """Weights about to be saved are finite. A step can turn them to inf or NaN while its own loss was finite (a
+    backward that overflows, a huge --lr); saved, they would replace the last checkpoint, or the run that --force
+    replaces, with a model that computes nothing."""
+    if not all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point()):
+        raise UsageError(f"the weights are not finite (inf or NaN) {when}: training diverged (lower --lr); they "
+                         "were not saved")
 
 
 def write_config(out: str, config: dict) -> None:

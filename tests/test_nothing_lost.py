@@ -432,3 +432,53 @@ def test_a_forced_run_that_diverges_in_its_first_step_leaves_the_old_run(tmp_pat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the weights are not finite" in err, err
     assert run_files(run) == before and sorted(os.listdir(tmp_path)) == ["run"]
+
+
+def fine_tune(tmp_path, capsys, *args, on_step=None) -> int:
+    """train.py --llm on a tiny random Llama (test_llm_fine_tune.save_sharp_llm), in this process."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    from test_llm_fine_tune import save_sharp_llm
+    llm = str(tmp_path / "llm")
+    if not os.path.isdir(llm):
+        save_sharp_llm(llm)
+    capsys.readouterr()  # what saving the model printed
+    previous = signal.getsignal(signal.SIGTERM)  # main() makes SIGTERM a Ctrl-C; this process gets its own back
+    try:
+        return runs.cli_main("train.py", lambda argv: train.run(argv, on_step),
+                             ["--llm", llm, "--task", "passkey", "--method", "ft", "--train-len", "128", "--threads",
+                              "1", "--quiet", *args])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_an_llm_fine_tune_whose_out_folder_appears_while_it_trains_goes_in(tmp_path, capsys):
+    """Bug caught (item 8): the fine-tune was built beside --out (no folder yet); --out appeared while it trained,
+    and the swap looked for the run inside it (build_folder asked again): 'cannot put the new run', and the
+    fine-tune, beside, was deleted on the way out."""
+    out = str(tmp_path / "run")
+
+    def appear(step, ids, positions):
+        os.makedirs(out, exist_ok=True)
+    assert fine_tune(tmp_path, capsys, "--steps", "2", "--out", out, on_step=appear) == 0, capsys.readouterr().err
+    assert os.path.isfile(os.path.join(out, "config.json")) and os.path.isdir(os.path.join(out, "model"))
+    assert sorted(os.listdir(tmp_path)) == ["llm", "run"]
+
+
+def test_an_llm_fine_tune_that_ends_with_weights_not_finite_saves_nothing(tmp_path, monkeypatch, capsys):
+    """Bug caught (item 5, the LLM's): a last step whose backward overflowed (every gradient NaN, the loss
+    finite) saved a NaN model and swapped it in over the run --force replaced, exit 0."""
+    out = str(tmp_path / "run")
+    assert fine_tune(tmp_path, capsys, "--steps", "1", "--out", out) == 0
+    before = open(os.path.join(out, "config.json"), "rb").read()
+
+    def overflowed(parameters, max_norm):
+        for p in parameters:
+            p.grad.fill_(float("nan"))
+        return torch.tensor(float("nan"))
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", overflowed)
+    assert fine_tune(tmp_path, capsys, "--steps", "1", "--seed", "1", "--force", "--out", out) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the weights are not finite" in err, err
+    assert open(os.path.join(out, "config.json"), "rb").read() == before
+    assert sorted(os.listdir(tmp_path)) == ["llm", "run"]
