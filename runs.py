@@ -308,9 +308,23 @@ def out_of_memory(error: BaseException) -> str | None:
             f"this process may use {physical_memory() / 2 ** 30:,.0f} GiB")
 
 
+def holds_run(folder: str) -> bool:
+    """Whether folder's config.json is a lengen run's (a small GPT's or an LLM fine-tune's: both name their task,
+    training length, steps and seed), not a Hugging Face model's or anything else's."""
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(saved, dict) and {"task", "train_len", "steps", "seed"} <= set(saved)
+
+
 def check_out(out: str, force: bool) -> None:
     """`out` may take a new run: it holds none (or --force replaces it), and no file there that a run writes
-    (model/, checkpoint.pt, ...) belongs to something else, since the new run would replace it."""
+    (model/, checkpoint.pt, config.json, ...) belongs to something else, since the new run would replace it."""
+    if os.path.lexists(os.path.join(out, "config.json")) and not holds_run(out):
+        raise UsageError(f"{out} holds a config.json that is not a lengen run's (a Hugging Face model's?): a run "
+                         "there would replace it; give an empty or new folder")
     if os.path.exists(os.path.join(out, "config.json")):
         if not force:
             raise UsageError(f"{out} already holds a run: --resume to continue it, --force to overwrite it")

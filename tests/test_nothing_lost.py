@@ -482,3 +482,18 @@ def test_an_llm_fine_tune_that_ends_with_weights_not_finite_saves_nothing(tmp_pa
     assert err.count("\n") == 1 and "the weights are not finite" in err, err
     assert open(os.path.join(out, "config.json"), "rb").read() == before
     assert sorted(os.listdir(tmp_path)) == ["llm", "run"]
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_a_hugging_face_model_folder_is_not_a_run(tmp_path, capsys, force):
+    """Bug caught (item 9): a folder with a config.json counted as a run, whatever the config: --force replaced a
+    Hugging Face model's config.json (and without --force it was 'already holds a run: --resume to continue it')."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    (model / "model.safetensors").write_bytes(b"weights")
+    before = run_files(model)
+    assert train.main([*RUN, "--out", str(model), *force]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds a config.json that is not a lengen run's" in err, err
+    assert run_files(model) == before and sorted(os.listdir(model)) == ["config.json", "model.safetensors"]
