@@ -27,6 +27,7 @@ import re
 import resource
 import shutil
 import signal
+import stat
 import sys
 import threading
 
@@ -45,10 +46,13 @@ class Interrupted(Exception):
 
 def save_atomic(path: str, write) -> None:
     """write(f) fills a temporary file that is flushed to the disk before it is renamed over `path`, and the
-    rename is flushed too: a kill or a power cut leaves the old file or the new one, never a part of one."""
+    rename is flushed too: a kill or a power cut leaves the old file or the new one, never a part of one. The new
+    file keeps the old one's permissions (a private file stays private)."""
     tmp = path + ".tmp"
     try:
         with open(tmp, "wb") as f:
+            if os.path.isfile(path):
+                os.fchmod(f.fileno(), stat.S_IMODE(os.stat(path).st_mode))
             write(f)
             f.flush()
             os.fsync(f.fileno())

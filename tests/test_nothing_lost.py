@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ import torch
 
 import runs
 import train
-from test_cli import ROOT, TINY, set_steps, weights
+from test_cli import ROOT, TINY, in_process, set_steps, weights
 
 RUN = [*TINY, "--steps", "3", "--eval-samples", "0"]
 
@@ -497,3 +498,98 @@ def test_a_hugging_face_model_folder_is_not_a_run(tmp_path, capsys, force):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds a config.json that is not a lengen run's" in err, err
     assert run_files(model) == before and sorted(os.listdir(model)) == ["config.json", "model.safetensors"]
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    run = str(tmp_path_factory.mktemp("small") / "run")
+    assert train.main([*RUN, "--out", run]) == 0
+    return run
+
+
+def special_file(folder, kind: str, name: str) -> str:
+    """folder/name, not a plain file: a symlink to one, a FIFO, a device node (as /dev/null's, where this process
+    may make one), or a file with a second hard link."""
+    path, target = os.path.join(folder, name), os.path.join(folder, "target")
+    with open(target, "w") as f:
+        f.write("the user's")
+    if kind == "symlink":
+        os.symlink(target, path)
+    elif kind == "hardlink":
+        os.link(target, path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("this process may not make a device node")
+    return path
+
+
+@pytest.mark.parametrize("flag, kind, message", [("--json", "symlink", "a symlink, not a plain file"),
+                                                 ("--json", "fifo", "a FIFO, not a plain file"),
+                                                 ("--plot", "fifo", "a FIFO, not a plain file"),
+                                                 ("--json", "device", "a device, a socket or some other special"),
+                                                 ("--plot", "hardlink", "a file with 2 hard links")])
+def test_json_and_plot_refuse_what_is_not_a_plain_file_without_opening_it(small_run, tmp_path, capfd, flag, kind,
+                                                                          message):
+    """Bugs caught (items 3, 16): --json or --plot onto a symlink replaced the link (its target untouched), onto a
+    device node replaced the node (as root, --json /dev/null would replace the machine's /dev/null), onto a hard
+    link parted it; onto a FIFO nobody reads, eval.py waited for ever before computing anything (the check opened
+    it: here in a process of its own, which the timeout ends). Each is refused in one line, before anything is
+    computed, and left as it was."""
+    path = special_file(str(tmp_path), kind, "out" + (".png" if flag == "--plot" else ".json"))
+    before = os.lstat(path)
+    args = [small_run, "--lengths", "16", "--samples", "4", "--threads", "1", flag, path]
+    if kind == "fifo":
+        result = subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), *args], capture_output=True,
+                                text=True, timeout=120)
+        code, out, err = result.returncode, result.stdout, result.stderr
+    else:
+        code, err = in_process("eval", args, capfd)
+        out = ""
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert out == "" and "accuracy" not in err  # nothing computed
+    after = os.lstat(path)
+    assert (after.st_ino, after.st_mode, after.st_nlink) == (before.st_ino, before.st_mode, before.st_nlink)
+    assert open(os.path.join(tmp_path, "target")).read() == "the user's"
+
+
+def test_json_keeps_the_permissions_of_the_file_it_replaces(small_run, tmp_path):
+    """Bug caught (item 3): --json over a private file (0600) left a new file of the default mode (0644 under
+    the usual umask), readable by all."""
+    import eval as lengen_eval
+    path = tmp_path / "private.json"
+    path.write_text("{}")
+    os.chmod(path, 0o600)
+    assert lengen_eval.main([small_run, "--lengths", "16", "--samples", "4", "--threads", "1", "--json",
+                             str(path)]) == 0
+    assert json.loads(path.read_text())["rows"] and os.stat(path).st_mode & 0o777 == 0o600
+
+
+def test_json_never_writes_over_a_models_files(tmp_path, capsys):
+    """Bug caught (item 2): eval.py --json wrote over a Hugging Face folder's model.safetensors or tokenizer.json
+    (an LLM run's model/ is one): only a run's own files, beside a config.json, were refused."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    import eval as lengen_eval
+    from test_llm_fine_tune import save_sharp_llm
+    llm = save_sharp_llm(str(tmp_path / "llm"))
+    os.makedirs(tmp_path / "loose")
+    shutil.copy(os.path.join(llm, "tokenizer.json"), tmp_path / "loose")  # a model's file, outside its folder
+    before = {name: open(os.path.join(llm, name), "rb").read() for name in os.listdir(llm)}
+    capsys.readouterr()
+    for target, message in ((os.path.join(llm, "model.safetensors"), "holds a model"),
+                            (os.path.join(llm, "tokenizer.json"), "holds a model"),
+                            (os.path.join(llm, "scores.json"), "holds a model"),
+                            (str(tmp_path / "loose" / "tokenizer.json"), "that is a model's file")):
+        previous = signal.getsignal(signal.SIGTERM)
+        try:
+            code = lengen_eval.main(["--llm", llm, "--task", "passkey", "--lengths", "128", "--samples", "1",
+                                     "--threads", "1", "--json", target])
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and message in err, (target, err)
+    assert {name: open(os.path.join(llm, name), "rb").read() for name in os.listdir(llm)} == before
