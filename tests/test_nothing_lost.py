@@ -242,6 +242,21 @@ def test_resume_keeps_the_log_lines_that_parse(tmp_path, damage):
     assert steps == ([] if damage == "missing" else [10, 20]) + [30]
 
 
+def test_resume_keeps_a_last_log_line_that_lost_only_its_newline(tmp_path):
+    """#53 (tests that catch): a power cut can take a log line's newline and leave the line whole (the checkpoint
+    at its step saved); --resume keeps that line and ends it, so the next step's line starts a line of its own.
+    Bug planted to watch it fail: the kept lines written back as read (the two lines ran into one, which no
+    longer parses)."""
+    run = stopped_run(tmp_path, 20, 30)
+    log = os.path.join(run, "log.jsonl")
+    text = open(log).read()
+    assert text.endswith("}\n")
+    with open(log, "w") as f:
+        f.write(text[:-1])
+    assert train.main(["--resume", "--out", run, "--quiet"]) == 0
+    assert [json.loads(line)["step"] for line in open(log)] == [10, 20, 30]
+
+
 def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_the_last(tmp_path):
     """Bug caught (item 15): a full disk or a file-size limit while saving a checkpoint was a 35-line traceback
     (the previous checkpoint was safe). Now one line, exit 2, and the previous checkpoint byte for byte."""
