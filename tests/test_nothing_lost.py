@@ -608,3 +608,16 @@ def test_json_never_writes_over_a_models_files(tmp_path, capsys):
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and message in err, (target, err)
     assert {name: open(os.path.join(llm, name), "rb").read() for name in os.listdir(llm)} == before
+
+
+def test_a_forced_rerun_without_a_fit_bar_leaves_no_fit_record(tmp_path):
+    """#53 (tests that catch): --force replaces every file of the old run, fit.json among them: a rerun without
+    --fit-bar must not be read as fitted (or unfitted) by the old run's record. Bug planted to watch it fail:
+    fit.json left out of runs.RUN_FILES (the old record stayed beside the new run)."""
+    run = str(tmp_path / "run")
+    assert train.main([*RUN, "--fit-bar", "0.99", "--fit-every", "1", "--out", run]) == 0
+    assert runs.read_fit(run)["bar"] == 0.99
+    assert train.main([*RUN, "--seed", "1", "--force", "--out", run]) == 0
+    assert sorted(os.listdir(run)) == ["checkpoint.pt", "config.json", "log.jsonl"]
+    with pytest.raises(runs.UsageError, match="no readable fit.json"):
+        runs.read_fit(run)
