@@ -366,7 +366,8 @@ def progress(run_dir: str, cfg: RunConfig) -> str:
 PLOT_FORMATS = (".png", ".pdf", ".svg")  # what --plot writes, by the name's ending
 
 
-# What a Hugging Face model folder holds besides its config.json: never a --json or --plot file's name.
+# What a Hugging Face model folder holds besides its config.json (weights, a tokenizer): never overwritten, and
+# a folder that holds one of them beside a config.json that is not a run's is a model's, where nothing is written.
 MODEL_FILES = (".safetensors", ".bin", ".gguf") + hf.TOKENIZER_FILES
 
 
@@ -391,7 +392,8 @@ def check_writable(path: str | None, flag: str) -> None:
     if found is not None and stat.S_ISREG(found.st_mode) and found.st_nlink > 1:
         raise UsageError(f"{flag} {path}: a file with {found.st_nlink} hard links, which writing it would part; "
                          "give another name")
-    if os.path.isfile(os.path.join(folder, "config.json")) and not holds_run(folder):
+    if os.path.isfile(os.path.join(folder, "config.json")) and not holds_run(folder) \
+            and any(f.endswith(MODEL_FILES) for f in os.listdir(folder)):
         raise UsageError(f"{flag} {path}: {folder} holds a model (a config.json that is not a run's); give a "
                          "file outside it")
     if name in RUN_FILES and os.path.isfile(os.path.join(folder, "config.json")):

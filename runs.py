@@ -239,7 +239,8 @@ def hold(out: str, holder: str = "train.py"):
     """Hold the run folder `out` while the block runs: a second train.py on it is turned away in one line
     instead of racing this one for its files (`holder` names the command in that line). The lock is an flock
     on runs/.NAME.lock, which the kernel drops however the process ends. What a process killed outright leaves
-    (a half-built new run, *.tmp files) is cleared on the way in; this process's own on the way out."""
+    is put right on the way in (tidy: a swap cut short finished, a half-built new run and *.tmp files cleared);
+    this process's own on the way out."""
     if os.path.islink(out) and not os.path.exists(out):  # its lock would be made where the link points
         raise UsageError(f"cannot write to {out}: a symlink to nothing")
     lock = beside(out, "lock")
