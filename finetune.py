@@ -300,7 +300,8 @@ def check_fit(model, tokenizer, cfg: LLMConfig, fit: dict, step: int, device, lo
 def train(cfg: LLMConfig, set_learning_rate, on_step=None):
     """Fine-tune a Hugging Face causal LM on short text-task samples with one of Paper R's methods; the loss
     is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in the folder where
-    the run is built (prepare_run_dir), returned last (None on ranks other than 0), for run() to swap in. Under a launcher (torchrun) every process runs this; rank 0 alone writes (dist.py says how it spreads).
+    the run is built (prepare_run_dir), returned last (None on ranks other than 0), for run() to swap in. Under a
+    launcher (torchrun) every process runs this; rank 0 alone writes (dist.py says how it spreads).
     set_learning_rate(optimizer, step, lr, warmup, steps): train.py's, which the small GPT's loop calls too;
     on_step(step, ids, positions) sees every sample this process trains."""
     if cfg.threads:

@@ -77,7 +77,8 @@ def page_of_two_blocks() -> str:
     """A page with prose around two rendered blocks of two experiments, each holding an old table."""
     block = ("<!-- rendered by experiments/{0}_report.py summary() from results/{0}.json -->\n"
              "| old {0} table |\n<!-- end rendered -->")
-    return f"# Page\n\nProse before.\n\n{block.format('distance')}\n\nProse between.\n\n{block.format('llm')}\n\nAfter.\n"
+    return (f"# Page\n\nProse before.\n\n{block.format('distance')}\n\nProse between.\n\n{block.format('llm')}\n\n"
+            "After.\n")
 
 
 def test_render_only_one_experiment_refreshes_exactly_its_block(monkeypatch):
