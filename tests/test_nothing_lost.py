@@ -559,7 +559,7 @@ def test_json_and_plot_refuse_what_is_not_a_plain_file_without_opening_it(small_
     args = [small_run, "--lengths", "16", "--samples", "4", "--threads", "1", flag, path]
     if kind == "fifo":
         result = subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), *args], capture_output=True,
-                                text=True, timeout=120)
+                                text=True, timeout=300)  # as long as a loaded machine takes to import torch
         code, out, err = result.returncode, result.stdout, result.stderr
     else:
         code, err = in_process("eval", args, capfd)
