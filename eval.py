@@ -27,6 +27,7 @@ import io
 import json
 import math
 import os
+import stat
 import sys
 import time
 
@@ -39,7 +40,7 @@ import lengen
 import tasks
 import text_tasks
 from runs import (MAX_SAMPLES, RUN_FILES, Parser, RunConfig, UsageError, check_machine, check_memory, cli_main, finite,
-                  int_set, load_checkpoint, read_config, read_fit, save_atomic)
+                  holds_run, int_set, load_checkpoint, read_config, read_fit, save_atomic)
 
 # ---------------------------------------------------------------------------------------------------------
 # Loading a run
@@ -365,20 +366,45 @@ def progress(run_dir: str, cfg: RunConfig) -> str:
 PLOT_FORMATS = (".png", ".pdf", ".svg")  # what --plot writes, by the name's ending
 
 
+# What a Hugging Face model folder holds besides its config.json (weights, a tokenizer): never overwritten, and
+# a folder that holds one of them beside a config.json that is not a run's is a model's, where nothing is written.
+MODEL_FILES = (".safetensors", ".bin", ".gguf") + hf.TOKENIZER_FILES
+
+
 def check_writable(path: str | None, flag: str) -> None:
-    """Refuse, before anything is computed, a --json or --plot file that could not be written, or that is a
-    run's own file (its config.json, checkpoint, log...): writing it would lose the run."""
+    """Refuse, before anything is computed, a --json or --plot path that could not be written, or that writing
+    would harm: anything but a new name or a plain file (a symlink, a FIFO, a device: save_atomic would put a new
+    file in its place, and opening a FIFO to find out would wait for a reader), a file with other hard links
+    (they would part), a run's own file (its config.json, checkpoint, log...), or a model's."""
     if path is None:
         return
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.basename(os.path.normpath(path)) in RUN_FILES and os.path.isfile(os.path.join(folder, "config.json")):
+    folder, name = os.path.dirname(os.path.abspath(path)), os.path.basename(os.path.normpath(path))
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        found = None
+    except OSError as e:  # a folder on the way that is a file, or not searchable
+        raise UsageError(f"{flag} {path}: {e.strerror}") from None
+    if found is not None and not (stat.S_ISREG(found.st_mode) or stat.S_ISDIR(found.st_mode)):  # a folder: below
+        kind = "a symlink" if stat.S_ISLNK(found.st_mode) else "a FIFO" if stat.S_ISFIFO(found.st_mode) else \
+            "a device, a socket or some other special file"
+        raise UsageError(f"{flag} {path}: {kind}, not a plain file; give a new file name")
+    if found is not None and stat.S_ISREG(found.st_mode) and found.st_nlink > 1:
+        raise UsageError(f"{flag} {path}: a file with {found.st_nlink} hard links, which writing it would part; "
+                         "give another name")
+    if os.path.isfile(os.path.join(folder, "config.json")) and not holds_run(folder) \
+            and any(f.endswith(MODEL_FILES) for f in os.listdir(folder)):
+        raise UsageError(f"{flag} {path}: {folder} holds a model (a config.json that is not a run's); give a "
+                         "file outside it")
+    if name in RUN_FILES and os.path.isfile(os.path.join(folder, "config.json")):
         raise UsageError(f"{flag} {path}: that is a file of the run in {folder}; give another name")
-    existed = os.path.exists(path)
+    if found is not None and name.endswith(MODEL_FILES):
+        raise UsageError(f"{flag} {path}: that is a model's file; give another name")
     try:
         open(path, "a").close()  # what writing it will take, without changing a file that is there
     except OSError as e:  # a missing folder, a folder, no permission
         raise UsageError(f"{flag} {path}: {e.strerror}") from None
-    if not existed:
+    if found is None:
         os.remove(path)
 
 

@@ -5,7 +5,8 @@
 - A run is held while it trains (hold): a second train.py on the same folder, on this machine or on another
   node of a cluster that shares the filesystem, is turned away in one line.
 - --force builds the new run beside the old one and swaps it in only once it is whole (prepare_run_dir,
-  swap_in): a new run that fails to start leaves the old one exactly as it was.
+  swap_in): a new run that fails to start leaves the old one exactly as it was, and a swap that a kill cuts
+  short is finished by the next command on the folder (finish_swap). Weights that are not finite are never saved.
 - Ctrl-C and SIGTERM (what a cluster scheduler sends before it preempts a job) finish the step in flight
   (signals_deferred), so a checkpoint is always a step boundary and --resume continues bit for bit.
 - config.json and checkpoint.pt are checked to hold what a run holds before anything reads them.
@@ -28,6 +29,7 @@ import resource
 import shutil
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -47,10 +49,13 @@ class Interrupted(Exception):
 
 def save_atomic(path: str, write) -> None:
     """write(f) fills a temporary file that is flushed to the disk before it is renamed over `path`, and the
-    rename is flushed too: a kill or a power cut leaves the old file or the new one, never a part of one."""
+    rename is flushed too: a kill or a power cut leaves the old file or the new one, never a part of one. The new
+    file keeps the old one's permissions (a private file stays private)."""
     tmp = path + ".tmp"
     try:
         with open(tmp, "wb") as f:
+            if os.path.isfile(path):
+                os.fchmod(f.fileno(), stat.S_IMODE(os.stat(path).st_mode))
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -178,6 +183,7 @@ def read_fit(run_dir: str) -> dict:
 
 def read_config(run_dir: str) -> RunConfig:
     """The settings of the run in run_dir, from its config.json (a key it does not know is left aside)."""
+    settle(run_dir)
     path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(path):
         raise UsageError(f"{run_dir}: not a run directory (no config.json)")
@@ -225,6 +231,11 @@ def made_by_record(argv: list[str]) -> dict:
 
 # what --force replaces
 RUN_FILES = ("config.json", "checkpoint.pt", "log.jsonl", "final.json", "fit.json", "model", "made-by.json")
+# The stages of swap_in into a folder, each a folder of its own inside it, so that a process killed at any point
+# (SIGKILL, the OOM killer, a power cut) leaves a state that says how far it went: the new run is built in
+# .lengen.new; the old run's files go into .lengen.going, which is renamed .lengen.old once all of them are
+# there; the new run's files come in; .lengen.old is renamed .lengen.gone, and only then deleted.
+SWAP = {stage: f".lengen.{stage}" for stage in ("new", "going", "old", "gone")}
 
 
 def beside(out: str, suffix: str) -> str:
@@ -239,7 +250,7 @@ def build_folder(out: str) -> str:
     the filesystem of the files it replaces, even when out is a symlink to another disk or a mount point),
     else beside it, where a rename makes it `out`."""
     real = os.path.realpath(out)
-    return os.path.join(real, ".lengen.new") if os.path.isdir(real) else beside(real, "new")
+    return os.path.join(real, SWAP["new"]) if os.path.isdir(real) else beside(real, "new")
 
 
 # The lock of a run folder is a file inside it, made with O_CREAT | O_EXCL: the create either makes the file or
@@ -326,8 +337,8 @@ def hold(out: str, holder: str = "train.py"):
     shares the filesystem, is turned away in one line instead of racing this one for its files (`holder` names
     the command in that line). The lock is out/.lengen.lock (take_lock), touched every LOCK_BEAT_S while the
     block runs. `out` is made for it if it is not there, and removed again if the block leaves it empty. What a
-    process killed outright leaves (a half-built new run, *.tmp files) is cleared on the way in; this process's
-    own on the way out."""
+    process killed outright leaves is put right on the way in (tidy: a swap cut short finished, a half-built new
+    run and *.tmp files cleared); this process's own on the way out."""
     if os.path.islink(out) and not os.path.exists(out):  # its lock would be made where the link points
         raise UsageError(f"cannot write to {out}: a symlink to nothing")
     made = not os.path.lexists(out)
@@ -366,7 +377,15 @@ def touch_while(lock: str, done: threading.Event) -> None:
 
 
 def tidy(out: str) -> None:
-    for left in (beside(out, "new"), os.path.join(out, ".lengen.new"), os.path.join(out, ".lengen.old")):
+    """Finish a swap that a kill cut short (finish_swap), then clear what is left of a build that never went in."""
+    try:
+        done = finish_swap(out) if os.path.isdir(out) else None
+    except OSError as e:  # nothing is deleted: the stages stay as they are for the next try
+        raise UsageError(f"{out}: cannot finish a --force swap of runs that was cut short ({e.strerror}); its "
+                         f"files are in {', '.join(SWAP.values())} there") from None
+    if done:
+        print(done, file=sys.stderr)
+    for left in (beside(out, "new"), os.path.join(out, SWAP["new"]), os.path.join(out, SWAP["gone"])):
         shutil.rmtree(left, ignore_errors=True)
     for tmp in (os.path.join(out, name + ".tmp") for name in RUN_FILES):
         if os.path.isfile(tmp):
@@ -402,9 +421,23 @@ def out_of_memory(error: BaseException) -> str | None:
             f"this process may use {physical_memory() / 2 ** 30:,.0f} GiB")
 
 
+def holds_run(folder: str) -> bool:
+    """Whether folder's config.json is a lengen run's (a small GPT's or an LLM fine-tune's: both name their task,
+    training length, steps and seed), not a Hugging Face model's or anything else's."""
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(saved, dict) and {"task", "train_len", "steps", "seed"} <= set(saved)
+
+
 def check_out(out: str, force: bool) -> None:
     """`out` may take a new run: it holds none (or --force replaces it), and no file there that a run writes
-    (model/, checkpoint.pt, ...) belongs to something else, since the new run would replace it."""
+    (model/, checkpoint.pt, config.json, ...) belongs to something else, since the new run would replace it."""
+    if os.path.lexists(os.path.join(out, "config.json")) and not holds_run(out):
+        raise UsageError(f"{out} holds a config.json that is not a lengen run's (a Hugging Face model's?): a run "
+                         "there would replace it; give an empty or new folder")
     if os.path.exists(os.path.join(out, "config.json")):
         if not force:
             raise UsageError(f"{out} already holds a run: --resume to continue it, --force to overwrite it")
@@ -433,37 +466,84 @@ def prepare_run_dir(out: str, force: bool) -> str:
 def swap_in(new: str, out: str) -> None:
     """Put the run built in `new` (build_folder) where `out` is: one rename, or, when `out` is a folder already,
     its run's files replaced by the new run's (other files there, such as a figure saved beside the run, stay).
-    The old files are moved aside first and deleted only once every new one is in place; a rename that fails
-    puts them back and says so. Ctrl-C and SIGTERM wait for it; only a SIGKILL within these few renames could
-    leave a mix of two runs."""
+    The old files are moved aside first and deleted only once every new one is in place (the stages of SWAP);
+    a rename that fails puts them back and says so. Ctrl-C and SIGTERM wait for it; a SIGKILL within these few
+    renames leaves the stages, which the next command on the folder finishes (finish_swap)."""
     real = os.path.realpath(out)
     with signals_deferred() as stop:
         if not os.path.isdir(real):
             os.rename(new, real)
         else:
-            aside = os.path.join(real, ".lengen.old")
-            os.makedirs(aside, exist_ok=True)
-            old = [name for name in RUN_FILES if os.path.lexists(os.path.join(real, name))]
+            stage = {name: os.path.join(real, folder) for name, folder in SWAP.items()}
             moved = []
             try:
-                for name in old:
-                    os.rename(os.path.join(real, name), os.path.join(aside, name))
+                if new != stage["new"]:  # built beside a folder that appeared since (an LLM fine-tune's --out)
+                    os.rename(new, stage["new"])
+                    new = stage["new"]
+                os.makedirs(stage["going"], exist_ok=True)
+                for name in RUN_FILES:
+                    if os.path.lexists(os.path.join(real, name)):
+                        os.rename(os.path.join(real, name), os.path.join(stage["going"], name))
+                os.rename(stage["going"], stage["old"])  # every old file is aside: all that comes in now is new
+                sync_folder(real)
                 for name in os.listdir(new):
                     os.rename(os.path.join(new, name), os.path.join(real, name))
                     moved.append(name)
+                os.rename(stage["old"], stage["gone"])
             except OSError as e:  # the old run goes back as it was; the new one stays where it was built
                 for name in moved:
                     os.rename(os.path.join(real, name), os.path.join(new, name))
-                for name in os.listdir(aside):
-                    os.rename(os.path.join(aside, name), os.path.join(real, name))
+                put_back(real, stage)
                 raise UsageError(f"cannot put the new run in {out} ({e.strerror}); the run there is unchanged") \
                     from None
-            shutil.rmtree(aside)
+            shutil.rmtree(stage["gone"], ignore_errors=True)  # what it cannot delete, the next tidy will
             os.rmdir(new)
         sync_folder(real)
         sync_folder(os.path.dirname(real))
     if stop:  # now that the run is whole, a Ctrl-C or SIGTERM that came during the swap stops the command
         raise KeyboardInterrupt
+
+
+def finish_swap(out: str) -> str | None:
+    """A swap_in that a kill cut short, finished: the new run was whole before the swap began (swap_in comes after
+    its checkpoint, or an LLM's saved model), so the swap goes on from the stage it reached and the new run takes
+    the folder, as the command that was killed asked. Nothing is deleted before the new run is in place. Returns
+    one line that says so, or None where no swap was cut short (.lengen.gone alone: it was done)."""
+    real = os.path.realpath(out)
+    stage = {name: os.path.join(real, folder) for name, folder in SWAP.items()}
+    if not (os.path.isdir(stage["going"]) or os.path.isdir(stage["old"])):
+        return None
+    if os.path.isdir(stage["going"]) and not os.path.isfile(os.path.join(stage["new"], "config.json")):
+        put_back(real, stage)  # no new run to finish with (not one swap_in began with): the old one stays
+        return f"{out}: a --force swap of runs here was cut short (the process was killed); the old run is back"
+    if os.path.isdir(stage["going"]):  # still moving the old files aside: the rest follow
+        for name in RUN_FILES:
+            if os.path.lexists(os.path.join(real, name)):
+                os.rename(os.path.join(real, name), os.path.join(stage["going"], name))
+        os.rename(stage["going"], stage["old"])
+    for name in os.listdir(stage["new"]) if os.path.isdir(stage["new"]) else ():
+        os.rename(os.path.join(stage["new"], name), os.path.join(real, name))
+    os.rename(stage["old"], stage["gone"])
+    sync_folder(real)
+    return (f"{out}: a --force swap of runs here was cut short (the process was killed); it is finished now: the "
+            "new run is in place")
+
+
+def settle(run_dir: str) -> None:
+    """Before a run is read: a swap that a kill cut short in its folder is finished (finish_swap, which says so),
+    under the folder's lock, so that a swap going on in another process is left alone (and said to be)."""
+    if any(os.path.isdir(os.path.join(run_dir, SWAP[stage])) for stage in ("going", "old")):
+        with hold(run_dir):
+            pass
+
+
+def put_back(real: str, stage: dict) -> None:
+    """The old run's files, moved aside by swap_in (stage: SWAP's folders in `real`), back in their place."""
+    for aside in (stage["going"], stage["old"]):
+        if os.path.isdir(aside):
+            for name in os.listdir(aside):
+                os.rename(os.path.join(aside, name), os.path.join(real, name))
+            os.rmdir(aside)
 
 
 @contextlib.contextmanager
@@ -523,11 +603,21 @@ class RunFolder:
         save_atomic(os.path.join(self.folder, name), lambda f: f.write(data))
 
     def save_checkpoint(self, state: dict) -> None:
-        """checkpoint.pt; the first one of a new run puts the run in out's place."""
+        """checkpoint.pt, of finite weights (check_weights); the first one of a new run puts the run in out's place."""
+        check_weights(state["model"], f"after step {state['step']}")
         save_atomic(os.path.join(self.folder, "checkpoint.pt"), lambda f: torch.save(state, f))
         if not self.started:
             swap_in(self.folder, self.out)
             self.folder = self.out
+
+
+def check_weights(weights: dict, when: str) -> None:
+    """Weights about to be saved are finite. A step can turn them to inf or NaN while its own loss was finite (a
+    backward that overflows, a huge --lr); saved, they would replace the last checkpoint, or the run that --force
+    replaces, with a model that computes nothing."""
+    if not all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point()):
+        raise UsageError(f"the weights are not finite (inf or NaN) {when}: training diverged (lower --lr); they "
+                         "were not saved")
 
 
 def write_config(out: str, config: dict) -> None:

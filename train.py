@@ -232,16 +232,19 @@ def restore(out: str, model: lengen.GPT, optimizer, data_rng: torch.Generator, p
             lines = f.readlines()
     except FileNotFoundError:  # deleted: the run goes on, logging from its checkpoint
         lines = []
-    kept = [line for line in lines if (step := logged_step(line)) is not None and step <= ckpt["step"]]
+    # each kept line ends with its newline: one that lost it (a power cut) would run into the next step's
+    kept = [line.rstrip("\n") + "\n" for line in lines if (step := logged_step(line)) is not None
+            and step <= ckpt["step"]]
     save_atomic(path, lambda f: f.write("".join(kept).encode()))
     return ckpt["step"], ckpt.get("fit") or fit
 
 
 def logged_step(line: str) -> int | None:
     """The step of one whole log.jsonl line; None for a line cut short, garbled (NUL bytes after a power cut) or
-    not the log's (edited by hand)."""
+    not the log's (edited by hand). A line that parses is whole, with or without its newline: a JSON object cut
+    anywhere before its closing brace does not parse."""
     try:
-        step = json.loads(line)["step"] if line.endswith("\n") else None
+        step = json.loads(line)["step"]
     except (ValueError, TypeError, KeyError):
         return None
     return step if isinstance(step, int) else None

@@ -102,8 +102,10 @@ def int_keys(obj: dict) -> dict:
 
 # A claims table in README.md or docs/*.md is never typed: it stands between these two lines, and is what the
 # named function of experiments/NAME_report.py renders from results/NAME.json (tests/test_rendered.py checks it).
-BLOCK = re.compile(r"(<!-- rendered by experiments/(\w+)_report\.py (\w+)\(\) from results/\2\.json -->\n)(.*?)"
-                   r"(<!-- end rendered -->)", re.S)
+# A block holds no other block's first line, so that one whose end line was lost never runs on to the next's end.
+BLOCK_START = "<!-- rendered by experiments/"
+BLOCK = re.compile(r"(<!-- rendered by experiments/(\w+)_report\.py (\w+)\(\) from results/\2\.json -->\n)"
+                   r"((?:(?!<!-- rendered by experiments/).)*?)(<!-- end rendered -->)", re.S)
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -129,7 +131,12 @@ def wrapped(text: str, width: int = 110) -> str:
 
 
 def render_blocks(text: str, only: str | None = None) -> str:
-    """The page with every rendered block (or only experiment `only`'s) made anew from its results."""
+    """The page with every rendered block (or only experiment `only`'s) made anew from its results. A block whose
+    end line is missing is refused: rendered, it would take the page's prose up to the next end line with it."""
+    if len(BLOCK.findall(text)) != text.count(BLOCK_START):
+        raise UsageError("a rendered block has lost its end line (<!-- end rendered -->), or its first line is "
+                         "damaged: nothing was rendered; mend it")
+
     def fill(m):
         if only and m.group(2) != only:
             return m.group(0)
@@ -254,7 +261,11 @@ def run_experiment(name: str, args) -> None:
         for page in pages():  # the tables README.md and docs/ render from the results follow them
             with open(page, encoding="utf-8") as f:
                 text = f.read()
-            if (new := render_blocks(text, only=name)) != text:
+            try:
+                new = render_blocks(text, only=name)
+            except UsageError as e:  # the results are written; the page, as it was, says what to mend
+                raise UsageError(f"{os.path.relpath(page, ROOT)}: {e}") from None
+            if new != text:
                 save_atomic(page, lambda f: f.write(new.encode()))
                 print(f"rendered its tables in {os.path.relpath(page, ROOT)}")
 

@@ -117,6 +117,7 @@ CASES = [
     ("eval", ["--experiment", "ryarn", "--quick", "--launcher", "submitit:lsf"], "give local, submitit or submitit:"),
     ("eval", ["{runs}/run", "--cells", "{tmp}/cells"], "--cells is for --experiment"),
     ("eval", ["--bench", "--jobs", "2"], "--bench measures what --jobs does"),
+    ("eval", ["--experiment", "gpu", "--render"], "--render: gpu makes no claims to decide again"),  # #53 item 4
     # flags the command would drop without a word (#35 item 21)
     ("eval", ["{runs}/run", "--experiment", "ryarn"], "--experiment runs with its own settings: leave out RUN"),
     ("eval", ["--experiment", "ryarn", "--lengths", "64"], "leave out --lengths"),
