@@ -110,14 +110,26 @@ def betainc(a: float, b: float, x: float) -> float:
 
 
 def t_tail(t: float, df: int) -> float:
-    """P(|T| > |t|) for Student's t with df degrees of freedom: the two-sided p-value of a t statistic."""
-    return betainc(df / 2, 0.5, df / (df + t * t)) if math.isfinite(t) else 0.0
+    """P(|T| > |t|) for Student's t with df degrees of freedom: the two-sided p-value of a t statistic. Past a
+    df of 1e8 (where the tail is the normal's to 8 digits) df is 1e8: the continued fraction and lgamma lose
+    digits beyond it."""
+    if not math.isfinite(t):
+        return 0.0
+    df = min(df, 1e8)
+    # I_x(df/2, 1/2) with x = df / (df + t^2); at large df x rounds to 1, so the complement's 1 - x is taken from
+    # t^2 / (df + t^2) itself, never from 1 - x
+    x, rest = df / (df + t * t), t * t / (df + t * t)
+    return betainc(df / 2, 0.5, x) if x <= (df / 2 + 1) / (df / 2 + 2.5) else 1.0 - betainc(0.5, df / 2, rest)
 
 
 @functools.lru_cache(maxsize=4096)
 def t_critical(alpha: float, df: int) -> float:
     """The t with P(|T| > t) = alpha: 12.706 for alpha 0.05 and df 1, 4.303 for df 2, 2.042 for df 30, 1.960 as
     df grows. By bisection on t_tail, which falls as t grows."""
+    if not 0 < alpha < 1:  # a negative alpha would double t for ever, and NaN compares false to every tail
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if not df >= 1:
+        raise ValueError(f"df must be >= 1, got {df}")
     low, high = 0.0, 1.0
     while t_tail(high, df) > alpha:
         low, high = high, 2 * high
