@@ -74,15 +74,17 @@ def load_run(run_dir: str, device: str = "cpu", **overrides) -> tuple[lengen.GPT
 
 def interval(per_sequence: torch.Tensor) -> tuple[float, float, float]:
     """Mean accuracy over sequences with a 95 % interval: Wilson's when each sequence is right or wrong,
-    otherwise mean +- 1.96 standard errors (tokens of one sequence are not independent, so sequences are
-    the unit)."""
+    otherwise Student's t over sequences (tokens of one sequence are not independent, so sequences are the
+    unit; at a few sequences 1.96 standard errors would be far too narrow)."""
     n, mean = per_sequence.numel(), float(per_sequence.mean())
     if torch.all((per_sequence == 0) | (per_sequence == 1)):
         z = 1.96
         centre = (mean + z * z / (2 * n)) / (1 + z * z / n)
         half = z * math.sqrt(mean * (1 - mean) / n + z * z / (4 * n * n)) / (1 + z * z / n)
         return mean, max(0.0, centre - half), min(1.0, centre + half)
-    half = 1.96 * float(per_sequence.std()) / math.sqrt(n)
+    if n < 2:  # one sequence says nothing of its spread
+        return mean, 0.0, 1.0
+    half = t_critical(0.05, n - 1) * float(per_sequence.std()) / math.sqrt(n)
     return mean, max(0.0, mean - half), min(1.0, mean + half)
 
 
