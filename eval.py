@@ -286,9 +286,10 @@ def pyplot():
 
 
 def save_figure(fig, path: str) -> None:
-    """A figure as PNG, written whole or not at all; its file name is the one given, whatever it ends with."""
+    """A figure in the format its name ends with (.pdf, .svg; PNG otherwise), written whole or not at all."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120)
+    ending = os.path.splitext(path)[1].lower().lstrip(".")
+    fig.savefig(buffer, format=ending if ending in ("pdf", "svg") else "png", dpi=120)
     save_atomic(path, lambda f: f.write(buffer.getvalue()))
 
 
@@ -366,11 +367,15 @@ def eval_command(args) -> None:
 
 def progress(run_dir: str, cfg: RunConfig) -> str:
     """Where an unfinished run's checkpoint stands ('' once it took every step, or stopped at its --fit-bar)."""
-    step = load_checkpoint(run_dir)["step"]
+    ckpt = load_checkpoint(run_dir)
+    step, fit = ckpt["step"], ckpt.get("fit")
     try:
         fitted = read_fit(run_dir).get("steps_to_fit") == step
     except (UsageError, AttributeError):  # no --fit-bar, or not a fit record
         fitted = False
+    # the checkpoint keeps the fit record too (train.py saves it with every checkpoint): fit.json gone, or never
+    # written, a run that stopped at its bar is still finished
+    fitted = fitted or (isinstance(fit, dict) and fit.get("steps_to_fit") == step)
     if step >= cfg.steps or fitted:
         return ""
     return f" (unfinished: its checkpoint is at step {step} of {cfg.steps}; train.py --resume --out RUN goes on)"
@@ -453,7 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluate with another rotary schedule (e.g. inference-time YaRN)")
     p.add_argument("--factor", type=finite, default=None)
     p.add_argument("--original-len", type=int, default=None)
-    p.add_argument("--plot", default=None, metavar="PNG")
+    p.add_argument("--plot", default=None, metavar="FILE", help="a figure: .png, .pdf or .svg")
     p.add_argument("--json", default=None, metavar="FILE")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")

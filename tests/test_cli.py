@@ -217,3 +217,29 @@ def test_eval_of_an_unfinished_run_says_where_it_stands(tmp_path, capsys):
         json.dump({"bar": 0.5, "every": 10, "checks": [[20, 0.6]], "steps_to_fit": 20}, f)
     assert lengen_eval.main([run, "--lengths", "16", "--samples", "8", "--threads", "1"]) == 0
     assert "unfinished" not in capsys.readouterr().out
+
+
+def test_plot_is_written_in_the_format_its_name_says(trained_run, tmp_path):
+    """Issue 53, item 14: --plot x.pdf and x.svg held PNG bytes under those names (a viewer refuses them)."""
+    pytest.importorskip("matplotlib")
+    import eval as lengen_eval
+    magic = {"png": b"\x89PNG", "pdf": b"%PDF", "svg": b"<?xml"}
+    for ending, start in magic.items():
+        path = tmp_path / f"accuracy.{ending}"
+        assert lengen_eval.main([trained_run, "--lengths", "16", "--samples", "4", "--threads", "1",
+                                 "--plot", str(path)]) == 0
+        assert path.read_bytes().startswith(start), ending
+
+
+def test_a_fitted_run_without_its_fit_json_is_not_called_unfinished(tmp_path, capsys):
+    """Issue 53, item 29: a run that stopped at its --fit-bar before --steps was called "unfinished" once its
+    fit.json was gone; the checkpoint holds the same fit record."""
+    import eval as lengen_eval
+    run = str(tmp_path / "r")
+    train.run(TINY + ["--steps", "400", "--fit-bar", "0.5", "--fit-every", "10", "--eval-samples", "0",
+                      "--out", run])
+    step = torch.load(os.path.join(run, "checkpoint.pt"), weights_only=False)["step"]
+    assert step < 400  # it fitted, and stopped
+    os.remove(os.path.join(run, "fit.json"))
+    assert lengen_eval.main([run, "--lengths", "16", "--samples", "8", "--threads", "1"]) == 0
+    assert "unfinished" not in capsys.readouterr().out
