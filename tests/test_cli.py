@@ -148,6 +148,10 @@ BAD_TRAIN = [
     (["--scaling", "yarn", "--factor", "2", "--rope-base", "1"], "base must be > 1"),
     (["--encoding", "sinusoidal", "--dim", "31", "--heads", "1"], "must be even"),
     (["--method", "ft"], "is for --llm runs"),
+    # issue 53, item 17: no bound, and the model was built for ever (minutes, then out of memory)
+    (["--layers", "1000000"], "GiB; this machine has"),
+    (["--dim", "64", "--layers", "2", "--encoding", "alibi", "--alibi-slope-heads", "100000000"],
+     "at most 128 (64 x --heads)"),
 ]
 
 
