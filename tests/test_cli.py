@@ -200,6 +200,9 @@ def test_bad_eval_input_exits_2(trained_run, tmp_path, capfd):
         (("--llm", missing_llm, "--scaling", "pi"), "--scaling pi"),
         (("--llm", missing_llm, "--factor", "2"), "--factor needs --scaling yarn"),
         (("--llm", missing_llm, "--original-len", "100"), "--original-len"),
+        # issue 53, item 24: accepted, then ignored
+        (("--llm", missing_llm, "--plot", str(tmp_path / "llm.png")), "--plot draws a small-GPT run's table"),
+        (("--llm", missing_llm, "--delays", "0:4"), "--delays is for a small GPT's delay tasks"),
     ]
     for args, message in cases:
         code, err = in_process("eval", args, capfd)
