@@ -24,6 +24,7 @@ import concurrent.futures
 import hashlib
 import importlib
 import json
+import math
 import multiprocessing
 import os
 import re
@@ -381,31 +382,44 @@ def stopped(finished: int, total: int) -> Interrupted:
 def train_once(argv: list[str]) -> dict:
     """train.run(argv) for an experiment's model, unless its --out already holds the run that this very argv
     trained with this very code (an experiment stopped part-way and started again): then that run, untouched.
-    made-by.json, written once training has finished, says which; train.py --force into the folder drops it."""
+    made-by.json, written once training has finished, says which, and what the training took (cpu_s: this
+    process's CPU seconds, its threads included), so that a reused model still reports its cost: a probe run
+    again plans from it. train.py --force into the folder drops it. Returns {"run", "rows", "cpu_s"}."""
     out = argv[argv.index("--out") + 1]
     made_by = {"argv": argv, "code": code_digest()}
     try:
         with open(os.path.join(out, "made-by.json")) as f:
-            reuse = json.load(f) == made_by
+            recorded = json.load(f)
+        cpu_s = recorded["cpu_s"]
+        reuse = {k: recorded[k] for k in made_by} == made_by and finite_number(cpu_s)
         final = os.path.join(out, "final.json")  # absent when its caller measures the run itself
         if reuse and not os.path.isfile(final):
-            return {"run": out, "rows": []}
+            return {"run": out, "rows": [], "cpu_s": cpu_s}
         if reuse:
             with open(final) as f:
-                return {"run": out, "rows": json.load(f)}
-    except (OSError, ValueError):  # no such file, or one cut short: train
+                return {"run": out, "rows": json.load(f), "cpu_s": cpu_s}
+    except (OSError, ValueError, KeyError, TypeError):  # no such file, one cut short, or from older code: train
         pass
+    since = time.process_time()
     result = train.run(argv)
+    made_by["cpu_s"] = round(time.process_time() - since, 2)
     save_atomic(os.path.join(out, "made-by.json"), lambda f: f.write(json.dumps(made_by).encode()))
-    return result
+    return {**result, "cpu_s": made_by["cpu_s"]}
+
+
+def finite_number(x) -> bool:
+    """A number a record can be trusted to hold: an int or float (not a bool), finite."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def fit_of(argv: list[str]) -> dict:
     """A probe's model: train.py's argv (with --fit-bar) trained, or reused (train_once), and how it fitted: the
     step it reached the bar (None: not within --steps) and the last check, [step, accuracy]. Nothing beyond
-    the training length is measured: a probe plans which cells a run can afford, never by their results."""
-    fit = read_fit(train_once(argv)["run"])
-    return {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1]}
+    the training length is measured: a probe plans which cells a run can afford, never by their results. cpu_s:
+    what its training took, when it was trained (train_once's record, so a reused model's too)."""
+    trained = train_once(argv)
+    fit = read_fit(trained["run"])
+    return {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1], "cpu_s": trained["cpu_s"]}
 
 
 def probe(cells: list[tuple[str, str, list[str]]], args, setup: dict, bar=None) -> dict:
@@ -421,22 +435,58 @@ def probe(cells: list[tuple[str, str, list[str]]], args, setup: dict, bar=None) 
             "commands": ["python train.py " + " ".join(argv) for *_, argv in cells]}
 
 
-def probe_on_record(name: str, out_dir: str, settings: dict) -> dict | None:
+def probe_on_record(name: str, out_dir: str, settings: dict, **recorded) -> dict | None:
     """The probe beside an experiment's results (out_dir/NAME-probe.json) without its commands, which its own
     file keeps: what the default copies into its results as how it was planned. None when there is none. A
-    probe measured with other settings than `settings` (--probe's now) cannot plan this run: UsageError."""
+    record that is there but cut short or damaged (damaged_probe), or measured with other settings than
+    `settings` (--probe's now), another fit bar than FIT_BAR, or other values of `recorded` (the task options,
+    say) cannot plan this run: UsageError, never a plan made as if there were no probe, or from wrong numbers."""
     path = os.path.join(out_dir, f"{name}-probe.json")
+    again = f"run `python eval.py --experiment {name} --probe` first, or give another --out-dir"
     try:
         with open(path, encoding="utf-8") as f:
-            record = {k: v for k, v in json.load(f).items() if k != "commands"}
-    except (OSError, ValueError):
+            record = json.load(f)
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError):  # unreadable, not JSON, cut short
+        raise UsageError(f"{path} is not a readable probe record (cut short?): {again}") from None
+    if problem := damaged_probe(record):
+        raise UsageError(f"{path} is damaged ({problem}): {again}")
+    record = {k: v for k, v in record.items() if k != "commands"}
     now = json.loads(json.dumps(settings))  # as the record stores them: tuples as lists
     changed = sorted(k for k in set(now) | set(record["settings"]) if now.get(k) != record["settings"].get(k))
+    expected = json.loads(json.dumps({"fit_bar": FIT_BAR, **recorded}))
+    changed += [k for k, v in expected.items() if record.get(k) != v]
     if changed:
         raise UsageError(f"{path} was measured with other settings than --probe's now ({', '.join(changed)}): "
-                         f"run `python eval.py --experiment {name} --probe` first, or give another --out-dir")
+                         + again)
     return record
+
+
+def damaged_probe(record) -> str | None:
+    """What makes a probe's record unfit to plan from, or None: a key missing, a count or time that is not a
+    finite number, a fit whose steps to fit are neither None nor a positive whole number (NaN would count as
+    fitted), or whose last check is not [step, accuracy]."""
+    if not isinstance(record, dict):
+        return "not a probe's record"
+    missing = [k for k in ("command", "settings", "runtime", "fits", "steps_trained", "fit_bar") if k not in record]
+    if missing:
+        return f"no '{missing[0]}'"
+    if not (isinstance(record["settings"], dict) and isinstance(record["runtime"], dict)
+            and finite_number(record["runtime"].get("cpu_s")) and finite_number(record["steps_trained"])
+            and record["steps_trained"] > 0 and finite_number(record["fit_bar"])):
+        return "its settings, runtime, steps_trained or fit_bar"
+    if not isinstance(record["fits"], dict) or not all(isinstance(c, dict) for c in record["fits"].values()):
+        return "its fits are not a table"
+    for column, rows in record["fits"].items():
+        for row, fit in rows.items():
+            steps = fit.get("steps_to_fit", "missing") if isinstance(fit, dict) else "missing"
+            last = fit.get("last") if isinstance(fit, dict) else None
+            if not (steps is None or (isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1)) \
+                    or not (isinstance(last, list) and len(last) == 2 and all(map(finite_number, last))) \
+                    or not finite_number(fit.get("cpu_s", 0)):
+                return f"the fit of {column}, {row}"
+    return None
 
 
 def fitted(fit: dict) -> bool:
@@ -445,7 +495,12 @@ def fitted(fit: dict) -> bool:
 
 
 def cpu_per_step(probe: dict) -> float:
-    """A probe's measured CPU seconds per training step, its workers included: what a plan multiplies."""
+    """A probe's measured CPU seconds per training step: what a plan multiplies. Its models' own training time
+    (fit_of's cpu_s), which a probe run again or resumed keeps for the models it reuses; this invocation's CPU
+    time over every model's steps would be ~0 there. A record from before models kept their time: its runtime."""
+    fits = [fit for column in probe["fits"].values() for fit in column.values()]
+    if all("cpu_s" in fit for fit in fits):
+        return sum(fit["cpu_s"] for fit in fits) / probe["steps_trained"]
     return probe["runtime"]["cpu_s"] / probe["steps_trained"]
 
 

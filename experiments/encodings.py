@@ -35,7 +35,7 @@ from eval import evaluate, load_run
 from experiments.common import (ALIBI_SLOPE_HEADS, beyond, command_line, cpu_per_step, cpu_seconds, fitted, map_jobs,
                                 preset_name, probe, probe_on_record, runtime, train_once)
 from experiments.stats import FIT_BAR, THRESHOLD, all_of, caption, decide
-from runs import read_fit
+from runs import UsageError, read_fit
 
 # ---------------------------------------------------------------------------------------------------------
 # The setup
@@ -94,12 +94,17 @@ def planned(setup: dict, probe: dict | None) -> list[tuple[str, str, str]]:
     cells whose probe model fitted within the probe's cap and that some comparison of the claims table can use
     (the other cell of it fitted too): a cell that did not fit is not run (the results show how far its probe
     got), nor one whose every partner did not, so no seed is spent on a model the budget cannot fit or no claim
-    can read. Without a probe, every cell."""
+    can read. Without a probe, every cell; a probe that lacks a cell cannot plan it: UsageError (planning it as
+    fitted, or as not, would be a guess the results do not show)."""
     cells = [(t, e, p) for t in setup["tasks"] for e, p in variants(setup)]
     if probe is None:
         return cells
     fits = probe["fits"]
-    fit = {(t, label(e, p)) for t, e, p in cells if t not in fits or fitted(fits[t][label(e, p)])}
+    lacking = [(t, label(e, p)) for t, e, p in cells if label(e, p) not in fits.get(t, {})]
+    if lacking:
+        raise UsageError(f"the probe on record has no {lacking[0][1]} model for {lacking[0][0]}, which the default "
+                         "trains: run `python eval.py --experiment encodings --probe` first")
+    fit = {(t, label(e, p)) for t, e, p in cells if fitted(fits[t][label(e, p)])}
     randomized = [e for e, p in variants(setup) if p == "randomized"]
     used = {(t, row) for triples in comparisons(setup["tasks"], randomized).values() for t, b, w in triples
             if (t, b) in fit and (t, w) in fit for row in (b, w)}
@@ -271,7 +276,8 @@ def run(args) -> dict:
         return run_probe(args, setup)
     root = os.path.join("runs", "encodings", preset)
     since = (time.perf_counter(), cpu_seconds())
-    on_record = probe_on_record("encodings", args.out_dir, PRESETS["probe"]) if preset == "default" else None
+    on_record = probe_on_record("encodings", args.out_dir, PRESETS["probe"], task_options=TASK_OPTIONS) \
+        if preset == "default" else None
     jobs = [(t, e, p, seed, setup, root, args.device) for t, e, p in planned(setup, on_record)
             for seed in setup["seeds"]]
     if on_record:  # said before the run spends it
