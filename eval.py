@@ -117,11 +117,12 @@ def t_tail(t: float, df: int) -> float:
     digits beyond it."""
     if not math.isfinite(t):
         return 0.0
+    if df < 1e5:
+        return betainc(df / 2, 0.5, df / (df + t * t))
+    # I_x(df/2, 1/2) with x = df / (df + t^2): at large df x rounds towards 1, and betainc's 1 - x loses every
+    # digit, so the complement is taken from t^2 / (df + t^2) itself
     df = min(df, 1e8)
-    # I_x(df/2, 1/2) with x = df / (df + t^2); at large df x rounds to 1, so the complement's 1 - x is taken from
-    # t^2 / (df + t^2) itself, never from 1 - x
-    x, rest = df / (df + t * t), t * t / (df + t * t)
-    return betainc(df / 2, 0.5, x) if x <= (df / 2 + 1) / (df / 2 + 2.5) else 1.0 - betainc(0.5, df / 2, rest)
+    return 1.0 - betainc(0.5, df / 2, t * t / (df + t * t))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -145,13 +145,15 @@ def train_and_measure(job: tuple) -> dict:
     draws them from one fixed seed)."""
     task, encoding, positions, seed, setup, root, device = job
     argv = model_argv(task, encoding, positions, seed, setup, root, device)
-    out = train_once(argv)["run"]
+    trained = train_once(argv)
+    out = trained["run"]
     model, cfg = load_run(out, device)
     fit = read_fit(out)
     accuracy = [evaluate(model, task, m * setup["L"], cfg.task_options, setup["samples"], device=device,
                          positions=positions, max_position=cfg.max_position,
                          score_from=setup["L"] if m > 1 else 0)["accuracy"] for m in MULTIPLES]
-    return {"accuracy": accuracy, "steps_to_fit": fit["steps_to_fit"], "steps": fit["checks"][-1][0]}
+    return {"accuracy": accuracy, "steps_to_fit": fit["steps_to_fit"], "steps": fit["checks"][-1][0],
+            "cpu_s": trained["cpu_s"]}
 
 
 def chance(task: str) -> float:
@@ -293,6 +295,9 @@ def run(args) -> dict:
         steps[t][label(e, p)].append(result["steps_to_fit"])
     data = {"command": command_line(args), "runtime": runtime(since, args), "scale": preset, "settings": setup,
             "fit_bar": FIT_BAR, "models": len(jobs), "steps_trained": sum(r["steps"] for r in results),
+            # what training the models took, each its own (train_once): runtime is this invocation's, ~0 for a
+            # model an earlier, stopped invocation of the same command trained
+            "training_cpu_s": round(sum(r["cpu_s"] for r in results), 1),
             "lengths": [m * setup["L"] for m in MULTIPLES], "threshold": THRESHOLD,
             "chance": {t: chance(t) for t in setup["tasks"]}, "scored_from_L": True,
             "alibi_slope_heads": ALIBI_SLOPE_HEADS, "accuracy": accuracy,

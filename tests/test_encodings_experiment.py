@@ -202,6 +202,12 @@ def test_the_default_grid_shows_the_probe_that_planned_it(tmp_path, monkeypatch,
     assert all(f"| {label} | {common.probe_cell(fit)} |" in markdown for label, fit in fits.items())
     assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "other"]) == 0
     assert "**How this design was chosen**: no probe on record" in (tmp_path / "other" / "encodings.md").read_text()
+    # issue 53, item 10: the same command again reuses every model; what their training took is still said
+    assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "again"]) == 0
+    other, again = (json.loads((tmp_path / d / "encodings.json").read_text()) for d in ("other", "again"))
+    assert again["training_cpu_s"] == other["training_cpu_s"] > 0
+    markdown = (tmp_path / "again" / "encodings.md").read_text()
+    assert f"own training took {other['training_cpu_s'] / 60:.1f} CPU-min" in markdown
     before = (tmp_path / "out" / "encodings.json").read_bytes()
     monkeypatch.setitem(exp.PRESETS, "probe", {**exp.PRESETS["probe"], "layers": 4})
     capsys.readouterr()
