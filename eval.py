@@ -429,6 +429,11 @@ def llm_eval_command(args) -> None:
         raise UsageError(f"{label} has a learned table of {table} positions: --lengths {max(lengths)} goes beyond it")
     samples = args.samples or 5
     start = time.perf_counter()
+    for n in lengths:  # every length holds the task's prompt, before any is scored
+        try:
+            hf.text_sample(tokenizer, task, n, 10 ** 9, {})
+        except ValueError as e:
+            raise UsageError(f"--lengths {n}: {e}") from None
     with tqdm(total=len(lengths) * samples, desc=label, disable=dist.rank() > 0) as bar:
         rows = [evaluate_llm(model, tokenizer, task, n, samples, {}, device, bar=bar) for n in lengths]
     dist.stop()
