@@ -21,6 +21,7 @@ an experiment, late, and nothing below imports an experiment.
 from __future__ import annotations
 
 import concurrent.futures
+import fcntl
 import hashlib
 import importlib
 import json
@@ -233,23 +234,47 @@ def run_experiment(name: str, args) -> None:
     # turned away in one line, and this one goes on.
     with hold(os.path.join("runs", name, preset), holder=f"eval.py --experiment {name}"):
         if args.render:
-            with open(os.path.join(args.out_dir, f"{results}.json"), encoding="utf-8") as f:
-                data = report.decide_again(json.load(f, object_hook=int_keys))
+            data, markdown = render_again(report, os.path.join(args.out_dir, f"{results}.json"))
         else:
             data = study.run(args)
-        markdown = report.markdown(data)
+            markdown = report.markdown(data)
         if args.render:  # the recorded command stays the one that measured the numbers; this says who decided
             markdown = markdown.rstrip("\n") + (f"\n\nVerdicts decided from these numbers by `python eval.py "
                                                 f"--experiment {name} --render` (the shared rule: "
                                                 "experiments/stats.py).\n")
         write_results(results, markdown, data, report.figure(data), args.out_dir)
     if args.render and os.path.abspath(args.out_dir) == os.path.join(ROOT, "results"):
-        for page in pages():  # the tables README.md and docs/ render from the results follow them
+        render_pages(name)
+
+
+def render_pages(name: str) -> None:
+    """The tables README.md and docs/ render from experiment `name`'s results, made anew. One command at a time
+    (a flock on the repository's folder, waited for): two renders of different experiments at once each read a
+    page, and the later one's write dropped the other's tables (both wrote README.md.tmp, too)."""
+    fd = os.open(ROOT, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for page in pages():
             with open(page, encoding="utf-8") as f:
                 text = f.read()
             if (new := render_blocks(text, only=name)) != text:
                 save_atomic(page, lambda f: f.write(new.encode()))
                 print(f"rendered its tables in {os.path.relpath(page, ROOT)}")
+    finally:
+        os.close(fd)  # and the lock with it
+
+
+def render_again(report, path: str) -> tuple[dict, str]:
+    """--render: the results at `path` decided again (report.decide_again) and written as markdown. Results
+    that are readable JSON with a command but not what this experiment's report reads (damaged, edited, another
+    experiment's) are one line, not the report's KeyError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = report.decide_again(json.load(f, object_hook=int_keys))
+        return data, report.markdown(data)
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+        raise UsageError(f"--render: {path} is damaged or not this experiment's results ({type(e).__name__}: "
+                         f"{e}); run the experiment again, or restore the file") from None
 
 
 # ---------------------------------------------------------------------------------------------------------
