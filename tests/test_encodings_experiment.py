@@ -319,3 +319,21 @@ def test_a_probe_record_that_cannot_plan_the_default_is_refused(tmp_path, monkey
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and message in error, error
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["encodings-probe.json"]
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbled", "not a fit record"])
+def test_a_reused_probe_model_without_a_readable_fit_record_is_trained_again(tmp_path, damage):
+    """Issue 53, item 26: a probe's model whose made-by.json says it can be reused, but whose fit.json is gone
+    or garbled, was refused with "was it trained with --fit-bar?" (it was), or a KeyError traceback; train_once
+    now reuses a --fit-bar run only with its fit record, and trains it again otherwise."""
+    from test_cli import TINY
+    out = tmp_path / "run"
+    argv = [*TINY, "--steps", "20", "--fit-bar", "0.99", "--fit-every", "10", "--eval-samples", "0",
+            "--out", str(out), "--force"]
+    first = common.fit_of(argv)
+    if damage == "missing":
+        (out / "fit.json").unlink()
+    else:
+        (out / "fit.json").write_text('{"bar": 0.9, "che' if damage == "garbled" else "{}")
+    assert common.fit_of(argv) == {**first, "cpu_s": common.fit_of(argv)["cpu_s"]}
+    assert runs.read_fit(str(out))["checks"][-1] == first["last"]
