@@ -60,11 +60,29 @@ def load_run(run_dir: str, device: str = "cpu", **overrides) -> tuple[lengen.GPT
         model = lengen.GPT(model_config(cfg))
     except (TypeError, ValueError) as e:  # a setting of the wrong type or out of range
         raise UsageError(f"{run_dir}: {e}") from None
+    state = load_checkpoint(run_dir)["model"]
     try:
-        model.load_state_dict(load_checkpoint(run_dir)["model"])
-    except (TypeError, RuntimeError) as e:  # not a state dict, or not this model's
-        raise UsageError(f"{run_dir}: checkpoint does not match its config ({str(e).splitlines()[0]})") from None
+        model.load_state_dict(state)
+    except (TypeError, RuntimeError, AttributeError):  # not a state dict, or not this model's
+        raise UsageError(f"{run_dir}: checkpoint does not match its config ({mismatch(model, state)})") from None
     return model.to(device).eval(), cfg
+
+
+def mismatch(model: torch.nn.Module, state) -> str:
+    """Why weights do not load into a model, in its own words: the first weight missing, unexpected, or of
+    another shape (torch's own first line says only "Error(s) in loading state_dict for GPT:")."""
+    if not isinstance(state, dict):
+        return f"the weights are a {type(state).__name__}, not a state dict"
+    ours = model.state_dict()
+    for name, tensor in ours.items():
+        if name not in state:
+            return f"no {name} in the weights"
+        theirs = getattr(state[name], "shape", None)
+        if theirs != tensor.shape:
+            return f"{name} is {tuple(theirs) if theirs is not None else type(state[name]).__name__} in the " \
+                   f"weights, {tuple(tensor.shape)} in the model"
+    extra = [name for name in state if name not in ours]
+    return f"{extra[0]} in the weights is not in the model" if extra else "the weights do not load"
 
 
 # ---------------------------------------------------------------------------------------------------------

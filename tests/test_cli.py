@@ -185,7 +185,14 @@ def test_bad_eval_input_exits_2(trained_run, tmp_path, capfd):
     corrupt.mkdir()
     (corrupt / "config.json").write_text(open(os.path.join(trained_run, "config.json")).read())
     (corrupt / "checkpoint.pt").write_bytes(b"\x80\x04 not a checkpoint")
+    wider = tmp_path / "wider"  # its config.json edited by hand: the weights are for dim 32
+    wider.mkdir()
+    (wider / "checkpoint.pt").write_bytes(open(os.path.join(trained_run, "checkpoint.pt"), "rb").read())
+    (wider / "config.json").write_text(json.dumps({**json.load(open(os.path.join(trained_run, "config.json"))),
+                                                   "dim": 64}))
     cases = [
+        # issue 53, item 27: torch's first line, "Error(s) in loading state_dict for GPT:", said nothing
+        ((str(wider),), "tok.weight is (17, 32) in the weights, (17, 64) in the model"),
         ((str(tmp_path / "missing"),), "not a run directory"),
         ((str(corrupt),), "corrupt"),
         ((trained_run, "--lengths", "32,128"), "beyond the learned position table"),
