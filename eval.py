@@ -61,11 +61,29 @@ def load_run(run_dir: str, device: str = "cpu", **overrides) -> tuple[lengen.GPT
         model = lengen.GPT(model_config(cfg))
     except (TypeError, ValueError) as e:  # a setting of the wrong type or out of range
         raise UsageError(f"{run_dir}: {e}") from None
+    state = load_checkpoint(run_dir)["model"]
     try:
-        model.load_state_dict(load_checkpoint(run_dir)["model"])
-    except (TypeError, RuntimeError) as e:  # not a state dict, or not this model's
-        raise UsageError(f"{run_dir}: checkpoint does not match its config ({str(e).splitlines()[0]})") from None
+        model.load_state_dict(state)
+    except (TypeError, RuntimeError, AttributeError):  # not a state dict, or not this model's
+        raise UsageError(f"{run_dir}: checkpoint does not match its config ({mismatch(model, state)})") from None
     return model.to(device).eval(), cfg
+
+
+def mismatch(model: torch.nn.Module, state) -> str:
+    """Why weights do not load into a model, in its own words: the first weight missing, unexpected, or of
+    another shape (torch's own first line says only "Error(s) in loading state_dict for GPT:")."""
+    if not isinstance(state, dict):
+        return f"the weights are a {type(state).__name__}, not a state dict"
+    ours = model.state_dict()
+    for name, tensor in ours.items():
+        if name not in state:
+            return f"no {name} in the weights"
+        theirs = getattr(state[name], "shape", None)
+        if theirs != tensor.shape:
+            return f"{name} is {tuple(theirs) if theirs is not None else type(state[name]).__name__} in the " \
+                   f"weights, {tuple(tensor.shape)} in the model"
+    extra = [name for name in state if name not in ours]
+    return f"{extra[0]} in the weights is not in the model" if extra else "the weights do not load"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -75,15 +93,17 @@ def load_run(run_dir: str, device: str = "cpu", **overrides) -> tuple[lengen.GPT
 
 def interval(per_sequence: torch.Tensor) -> tuple[float, float, float]:
     """Mean accuracy over sequences with a 95 % interval: Wilson's when each sequence is right or wrong,
-    otherwise mean +- 1.96 standard errors (tokens of one sequence are not independent, so sequences are
-    the unit)."""
+    otherwise Student's t over sequences (tokens of one sequence are not independent, so sequences are the
+    unit; at a few sequences 1.96 standard errors would be far too narrow)."""
     n, mean = per_sequence.numel(), float(per_sequence.mean())
     if torch.all((per_sequence == 0) | (per_sequence == 1)):
         z = 1.96
         centre = (mean + z * z / (2 * n)) / (1 + z * z / n)
         half = z * math.sqrt(mean * (1 - mean) / n + z * z / (4 * n * n)) / (1 + z * z / n)
         return mean, max(0.0, centre - half), min(1.0, centre + half)
-    half = 1.96 * float(per_sequence.std()) / math.sqrt(n)
+    if n < 2:  # one sequence says nothing of its spread
+        return mean, 0.0, 1.0
+    half = t_critical(0.05, n - 1) * float(per_sequence.std()) / math.sqrt(n)
     return mean, max(0.0, mean - half), min(1.0, mean + half)
 
 
@@ -111,14 +131,27 @@ def betainc(a: float, b: float, x: float) -> float:
 
 
 def t_tail(t: float, df: int) -> float:
-    """P(|T| > |t|) for Student's t with df degrees of freedom: the two-sided p-value of a t statistic."""
-    return betainc(df / 2, 0.5, df / (df + t * t)) if math.isfinite(t) else 0.0
+    """P(|T| > |t|) for Student's t with df degrees of freedom: the two-sided p-value of a t statistic. Past a
+    df of 1e8 (where the tail is the normal's to 8 digits) df is 1e8: the continued fraction and lgamma lose
+    digits beyond it."""
+    if not math.isfinite(t):
+        return 0.0
+    if df < 1e5:
+        return betainc(df / 2, 0.5, df / (df + t * t))
+    # I_x(df/2, 1/2) with x = df / (df + t^2): at large df x rounds towards 1, and betainc's 1 - x loses every
+    # digit, so the complement is taken from t^2 / (df + t^2) itself
+    df = min(df, 1e8)
+    return 1.0 - betainc(0.5, df / 2, t * t / (df + t * t))
 
 
 @functools.lru_cache(maxsize=4096)
 def t_critical(alpha: float, df: int) -> float:
     """The t with P(|T| > t) = alpha: 12.706 for alpha 0.05 and df 1, 4.303 for df 2, 2.042 for df 30, 1.960 as
     df grows. By bisection on t_tail, which falls as t grows."""
+    if not 0 < alpha < 1:  # a negative alpha would double t for ever, and NaN compares false to every tail
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if not df >= 1:
+        raise ValueError(f"df must be >= 1, got {df}")
     low, high = 0.0, 1.0
     while t_tail(high, df) > alpha:
         low, high = high, 2 * high
@@ -273,9 +306,10 @@ def pyplot():
 
 
 def save_figure(fig, path: str) -> None:
-    """A figure as PNG, written whole or not at all; its file name is the one given, whatever it ends with."""
+    """A figure in the format its name ends with (.pdf, .svg; PNG otherwise), written whole or not at all."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120)
+    ending = os.path.splitext(path)[1].lower().lstrip(".")
+    fig.savefig(buffer, format=ending if ending in ("pdf", "svg") else "png", dpi=120)
     save_atomic(path, lambda f: f.write(buffer.getvalue()))
 
 
@@ -353,11 +387,15 @@ def eval_command(args) -> None:
 
 def progress(run_dir: str, cfg: RunConfig) -> str:
     """Where an unfinished run's checkpoint stands ('' once it took every step, or stopped at its --fit-bar)."""
-    step = load_checkpoint(run_dir)["step"]
+    ckpt = load_checkpoint(run_dir)
+    step, fit = ckpt["step"], ckpt.get("fit")
     try:
         fitted = read_fit(run_dir).get("steps_to_fit") == step
     except (UsageError, AttributeError):  # no --fit-bar, or not a fit record
         fitted = False
+    # the checkpoint keeps the fit record too (train.py saves it with every checkpoint): fit.json gone, or never
+    # written, a run that stopped at its bar is still finished
+    fitted = fitted or (isinstance(fit, dict) and fit.get("steps_to_fit") == step)
     if step >= cfg.steps or fitted:
         return ""
     return f" (unfinished: its checkpoint is at step {step} of {cfg.steps}; train.py --resume --out RUN goes on)"
@@ -421,6 +459,10 @@ def llm_eval_command(args) -> None:
         raise UsageError("--factor needs --scaling yarn for an LLM")
     if args.original_len is not None:
         raise UsageError("--original-len is for small-GPT runs: an LLM's original context is read from its config")
+    if args.plot:
+        raise UsageError("--plot draws a small-GPT run's table; an LLM's is printed (and kept with --json)")
+    if args.delays is not None:
+        raise UsageError("--delays is for a small GPT's delay tasks; an LLM is measured at --lengths")
     if args.lengths and max(args.lengths) > MAX_LLM_TOKENS:  # a prompt is built whole before the model sees it
         raise UsageError(f"--lengths {max(args.lengths):,}: an LLM prompt here is at most {MAX_LLM_TOKENS:,} tokens")
     device = dist.start(args.device)  # under torchrun, each process scores a share of the prompts (dist.py)
@@ -431,6 +473,11 @@ def llm_eval_command(args) -> None:
         raise UsageError(f"{label} has a learned table of {table} positions: --lengths {max(lengths)} goes beyond it")
     samples = args.samples or 5
     start = time.perf_counter()
+    for n in lengths:  # every length holds the task's prompt, before any is scored
+        try:
+            hf.text_sample(tokenizer, task, n, 10 ** 9, {})
+        except ValueError as e:
+            raise UsageError(f"--lengths {n}: {e}") from None
     with tqdm(total=len(lengths) * samples, desc=label, disable=dist.rank() > 0) as bar:
         rows = [evaluate_llm(model, tokenizer, task, n, samples, {}, device, bar=bar) for n in lengths]
     dist.stop()
@@ -465,7 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluate with another rotary schedule (e.g. inference-time YaRN)")
     p.add_argument("--factor", type=finite, default=None)
     p.add_argument("--original-len", type=int, default=None)
-    p.add_argument("--plot", default=None, metavar="PNG")
+    p.add_argument("--plot", default=None, metavar="FILE", help="a figure: .png, .pdf or .svg")
     p.add_argument("--json", default=None, metavar="FILE")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")

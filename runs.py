@@ -223,10 +223,12 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
-def made_by_record(argv: list[str]) -> dict:
-    """What a finished small-GPT run's made-by.json holds: the command line that trained it (train.py's argv) and
-    the code that did (code_digest). An experiment reuses the run only where both are its own."""
-    return {"argv": list(argv), "code": code_digest()}
+def made_by_record(argv: list[str], cpu_s: float | None = None) -> dict:
+    """What a finished small-GPT run's made-by.json holds: the command line that trained it (train.py's argv), the
+    code that did (code_digest), and what the training took (cpu_s: the process's CPU seconds, its threads
+    included). An experiment reuses the run only where argv and code are its own; cpu_s lets a reused model still
+    report its cost, so that a probe run again plans from it."""
+    return {"argv": list(argv), "code": code_digest()} | ({} if cpu_s is None else {"cpu_s": round(cpu_s, 2)})
 
 
 # what --force replaces

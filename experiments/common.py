@@ -21,8 +21,10 @@ an experiment, late, and nothing below imports an experiment.
 from __future__ import annotations
 
 import concurrent.futures
+import fcntl
 import importlib
 import json
+import math
 import multiprocessing
 import os
 import re
@@ -245,20 +247,29 @@ def run_experiment(name: str, args) -> None:
     # turned away in one line, and this one goes on.
     with hold(os.path.join("runs", name, preset), holder=f"eval.py --experiment {name}"):
         if args.render:
-            with open(os.path.join(args.out_dir, f"{results}.json"), encoding="utf-8") as f:
-                data = report.decide_again(json.load(f, object_hook=int_keys))
+            data, markdown = render_again(report, os.path.join(args.out_dir, f"{results}.json"))
         else:
             if args.launcher != "local":  # every model trained by the scheduler first; the run then reuses them
                 launch_cells(study.cells(args), args, os.path.join("runs", name, preset, "submitit"))
             data = study.run(args)
-        markdown = report.markdown(data)
+            markdown = report.markdown(data)
         if args.render:  # the recorded command stays the one that measured the numbers; this says who decided
             markdown = markdown.rstrip("\n") + (f"\n\nVerdicts decided from these numbers by `python eval.py "
                                                 f"--experiment {name} --render` (the shared rule: "
                                                 "experiments/stats.py).\n")
         write_results(results, markdown, data, report.figure(data), args.out_dir)
     if args.render and os.path.abspath(args.out_dir) == os.path.join(ROOT, "results"):
-        for page in pages():  # the tables README.md and docs/ render from the results follow them
+        render_pages(name)
+
+
+def render_pages(name: str) -> None:
+    """The tables README.md and docs/ render from experiment `name`'s results, made anew. One command at a time
+    (a flock on the repository's folder, waited for): two renders of different experiments at once each read a
+    page, and the later one's write dropped the other's tables (both wrote README.md.tmp, too)."""
+    fd = os.open(ROOT, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for page in pages():
             with open(page, encoding="utf-8") as f:
                 text = f.read()
             try:
@@ -268,6 +279,21 @@ def run_experiment(name: str, args) -> None:
             if new != text:
                 save_atomic(page, lambda f: f.write(new.encode()))
                 print(f"rendered its tables in {os.path.relpath(page, ROOT)}")
+    finally:
+        os.close(fd)  # and the lock with it
+
+
+def render_again(report, path: str) -> tuple[dict, str]:
+    """--render: the results at `path` decided again (report.decide_again) and written as markdown. Results
+    that are readable JSON with a command but not what this experiment's report reads (damaged, edited, another
+    experiment's) are one line, not the report's KeyError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = report.decide_again(json.load(f, object_hook=int_keys))
+        return data, report.markdown(data)
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+        raise UsageError(f"--render: {path} is damaged or not this experiment's results ({type(e).__name__}: "
+                         f"{e}); run the experiment again, or restore the file") from None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -482,36 +508,59 @@ def train_once(argv: list[str]) -> dict:
     """train.run(argv) for an experiment's model, unless its --out already holds the run that this very argv
     trained with this very code (an experiment stopped part-way and started again, or the model trained from
     its cell's command: --cells): then that run, untouched. made-by.json, which train.py writes once training has
-    finished, says which; train.py --force into the folder with another command line replaces it."""
+    finished, says which, and what the training took (cpu_s), so that a reused model still reports its cost: a
+    probe run again plans from it. train.py --force into the folder with another command line replaces it.
+    Returns {"run", "rows", "cpu_s"}."""
     out = argv[argv.index("--out") + 1]
-    if trained(argv):
+    recorded = trained(argv)
+    if recorded is not None:
         final = os.path.join(out, "final.json")  # absent when its caller measures the run itself
         try:
             with open(final) as f:
-                return {"run": out, "rows": json.load(f)}
+                return {"run": out, "rows": json.load(f), "cpu_s": recorded["cpu_s"]}
         except FileNotFoundError:
-            return {"run": out, "rows": []}
+            return {"run": out, "rows": [], "cpu_s": recorded["cpu_s"]}
         except (OSError, ValueError):  # one cut short: train
             pass
-    return train.run(argv)
+    result = train.run(argv)
+    with open(os.path.join(out, "made-by.json")) as f:
+        return {**result, "cpu_s": json.load(f)["cpu_s"]}
 
 
-def trained(argv: list[str]) -> bool:
-    """Whether train.py's argv has already been trained, by this code, into its --out (its made-by.json)."""
+def trained(argv: list[str]) -> dict | None:
+    """train.py's argv's made-by.json record where it has already been trained, by this code, into its --out, and
+    the record can be trusted (a finite cpu_s; with --fit-bar, a readable fit record, which its caller reads);
+    None where it must be trained (no such file, one cut short, from older code, no fit record)."""
     out = argv[argv.index("--out") + 1]
     try:
         with open(os.path.join(out, "made-by.json")) as f:
-            return json.load(f) == {"argv": argv, "code": code_digest()}
-    except (OSError, ValueError):  # no such file, or one cut short
-        return False
+            recorded = json.load(f)
+        if {k: recorded[k] for k in ("argv", "code")} != {"argv": argv, "code": code_digest()}:
+            return None
+        if not finite_number(recorded["cpu_s"]):
+            return None
+        if "--fit-bar" in argv:
+            fit = read_fit(out)
+            if not (isinstance(fit, dict) and "steps_to_fit" in fit and fit.get("checks")):
+                return None
+        return recorded
+    except (OSError, ValueError, KeyError, TypeError, UsageError):
+        return None
+
+
+def finite_number(x) -> bool:
+    """A number a record can be trusted to hold: an int or float (not a bool), finite."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def fit_of(argv: list[str]) -> dict:
     """A probe's model: train.py's argv (with --fit-bar) trained, or reused (train_once), and how it fitted: the
     step it reached the bar (None: not within --steps) and the last check, [step, accuracy]. Nothing beyond
-    the training length is measured: a probe plans which cells a run can afford, never by their results."""
-    fit = read_fit(train_once(argv)["run"])
-    return {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1]}
+    the training length is measured: a probe plans which cells a run can afford, never by their results. cpu_s:
+    what its training took, when it was trained (train_once's record, so a reused model's too)."""
+    trained = train_once(argv)
+    fit = read_fit(trained["run"])
+    return {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1], "cpu_s": trained["cpu_s"]}
 
 
 def probe(cells: list[tuple[str, str, list[str]]], args, setup: dict, bar=None) -> dict:
@@ -527,22 +576,58 @@ def probe(cells: list[tuple[str, str, list[str]]], args, setup: dict, bar=None) 
             "commands": ["python train.py " + " ".join(argv) for *_, argv in cells]}
 
 
-def probe_on_record(name: str, out_dir: str, settings: dict) -> dict | None:
+def probe_on_record(name: str, out_dir: str, settings: dict, **recorded) -> dict | None:
     """The probe beside an experiment's results (out_dir/NAME-probe.json) without its commands, which its own
     file keeps: what the default copies into its results as how it was planned. None when there is none. A
-    probe measured with other settings than `settings` (--probe's now) cannot plan this run: UsageError."""
+    record that is there but cut short or damaged (damaged_probe), or measured with other settings than
+    `settings` (--probe's now), another fit bar than FIT_BAR, or other values of `recorded` (the task options,
+    say) cannot plan this run: UsageError, never a plan made as if there were no probe, or from wrong numbers."""
     path = os.path.join(out_dir, f"{name}-probe.json")
+    again = f"run `python eval.py --experiment {name} --probe` first, or give another --out-dir"
     try:
         with open(path, encoding="utf-8") as f:
-            record = {k: v for k, v in json.load(f).items() if k != "commands"}
-    except (OSError, ValueError):
+            record = json.load(f)
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError):  # unreadable, not JSON, cut short
+        raise UsageError(f"{path} is not a readable probe record (cut short?): {again}") from None
+    if problem := damaged_probe(record):
+        raise UsageError(f"{path} is damaged ({problem}): {again}")
+    record = {k: v for k, v in record.items() if k != "commands"}
     now = json.loads(json.dumps(settings))  # as the record stores them: tuples as lists
     changed = sorted(k for k in set(now) | set(record["settings"]) if now.get(k) != record["settings"].get(k))
+    expected = json.loads(json.dumps({"fit_bar": FIT_BAR, **recorded}))
+    changed += [k for k, v in expected.items() if record.get(k) != v]
     if changed:
         raise UsageError(f"{path} was measured with other settings than --probe's now ({', '.join(changed)}): "
-                         f"run `python eval.py --experiment {name} --probe` first, or give another --out-dir")
+                         + again)
     return record
+
+
+def damaged_probe(record) -> str | None:
+    """What makes a probe's record unfit to plan from, or None: a key missing, a count or time that is not a
+    finite number, a fit whose steps to fit are neither None nor a positive whole number (NaN would count as
+    fitted), or whose last check is not [step, accuracy]."""
+    if not isinstance(record, dict):
+        return "not a probe's record"
+    missing = [k for k in ("command", "settings", "runtime", "fits", "steps_trained", "fit_bar") if k not in record]
+    if missing:
+        return f"no '{missing[0]}'"
+    if not (isinstance(record["settings"], dict) and isinstance(record["runtime"], dict)
+            and finite_number(record["runtime"].get("cpu_s")) and finite_number(record["steps_trained"])
+            and record["steps_trained"] > 0 and finite_number(record["fit_bar"])):
+        return "its settings, runtime, steps_trained or fit_bar"
+    if not isinstance(record["fits"], dict) or not all(isinstance(c, dict) for c in record["fits"].values()):
+        return "its fits are not a table"
+    for column, rows in record["fits"].items():
+        for row, fit in rows.items():
+            steps = fit.get("steps_to_fit", "missing") if isinstance(fit, dict) else "missing"
+            last = fit.get("last") if isinstance(fit, dict) else None
+            if not (steps is None or (isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1)) \
+                    or not (isinstance(last, list) and len(last) == 2 and all(map(finite_number, last))) \
+                    or not finite_number(fit.get("cpu_s", 0)):
+                return f"the fit of {column}, {row}"
+    return None
 
 
 def fitted(fit: dict) -> bool:
@@ -551,7 +636,12 @@ def fitted(fit: dict) -> bool:
 
 
 def cpu_per_step(probe: dict) -> float:
-    """A probe's measured CPU seconds per training step, its workers included: what a plan multiplies."""
+    """A probe's measured CPU seconds per training step: what a plan multiplies. Its models' own training time
+    (fit_of's cpu_s), which a probe run again or resumed keeps for the models it reuses; this invocation's CPU
+    time over every model's steps would be ~0 there. A record from before models kept their time: its runtime."""
+    fits = [fit for column in probe["fits"].values() for fit in column.values()]
+    if all("cpu_s" in fit for fit in fits):
+        return sum(fit["cpu_s"] for fit in fits) / probe["steps_trained"]
     return probe["runtime"]["cpu_s"] / probe["steps_trained"]
 
 

@@ -398,6 +398,25 @@ def test_jobs_are_capped_at_what_the_machine_can_run(monkeypatch, capsys):
     assert "running 1 at once" in capsys.readouterr().err
 
 
+def test_jobs_are_capped_at_free_memory_read_in_its_unit(monkeypatch, capsys):
+    """Issue 53: /proc/meminfo gives MemAvailable in kB; a worker takes 1 GiB of it. Faked at 3 GiB on 64 cores:
+    3 workers. Bugs caught: the figure read as bytes (0 GiB: always 1 worker) or as MiB (3,072: no cap)."""
+    import io
+    from experiments import common
+    real_open = open
+
+    def fake_open(path, *args, **kwargs):
+        if path == "/proc/meminfo":
+            return io.StringIO(f"MemTotal:       {64 * 2 ** 20} kB\nMemFree:          123 kB\n"
+                               f"MemAvailable:    {3 * 2 ** 20 + 512} kB\n")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(common, "open", fake_open, raising=False)
+    assert common.usable_jobs(16, 100) == 3
+    assert "running 3 at once (64 CPU cores, 3 GiB free)" in capsys.readouterr().err
+
+
 def test_a_worker_that_dies_is_one_line(capsys):
     """Bug caught (#24 item 9): a --jobs worker killed outright gave a 40-line BrokenProcessPool traceback."""
     from experiments import common

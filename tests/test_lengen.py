@@ -174,6 +174,20 @@ def test_stretch_and_pose_positions():
     assert torch.all(jumps <= 1) and jumps.sum() > 0  # two contiguous chunks, one skip between them
 
 
+def test_pose_draws_reach_every_id_up_to_the_top():
+    """Issue 53: PoSE's skip u is drawn from [0, max_position - L] inclusive, so the last chunk can end at
+    max_position - 1, and its cut c from [1, L - 1], so every id below max_position is drawn. Bugs caught: a
+    skip drawn from [0, max_position - L) (the top id never drawn: the range is one short of what it says), a
+    cut that never leaves the first chunk one token long, or never L - 1."""
+    length, top = 4, 10
+    p = L.pose_positions(4000, length, top, torch.Generator().manual_seed(0))
+    assert set(p.flatten().tolist()) == set(range(top))
+    assert int(p[:, -1].max()) == top - 1  # the last chunk reaches the top id
+    first_chunk = (p == torch.arange(length)).cumprod(1).sum(1)  # where the contiguous start ends: the cut
+    cuts = set(first_chunk[first_chunk < length].tolist())  # a row with skip 0 shows no cut
+    assert cuts == set(range(1, length))
+
+
 @pytest.mark.parametrize("shape", ["paper-r", "linear", "step", "cosine"])
 def test_curriculum(shape):
     c = L.LengthCurriculum(32, 256, 100, shape)

@@ -474,7 +474,9 @@ def test_models_that_cannot_be_evaluated_are_one_line(tiny_llm, tmp_path, capsys
              ([str(untokenized)], "no tokenizer beside the weights"),
              ([str(tmp_path / "notes.txt")], "a file, but not a .gguf one"),
              ([str(learned), "--scaling", "yarn", "--factor", "2"], "no rotary embeddings: YaRN cannot be put into it"),
-             ([str(learned), "--lengths", "128"], "a learned table of 64 positions: --lengths 128 goes beyond it")]
+             ([str(learned), "--lengths", "128"], "a learned table of 64 positions: --lengths 128 goes beyond it"),
+             # issue 53, item 22: a length the task cannot hold was a ValueError traceback
+             ([tiny_llm, "--lengths", "8"], "--lengths 8: 8 tokens, less")]
     capsys.readouterr()  # save_pretrained's bars
     for spec, message in cases:
         lengths = [] if "--lengths" in spec else ["--lengths", "32"]

@@ -107,3 +107,41 @@ def test_a_block_that_lost_its_end_line_is_refused_and_the_prose_kept(monkeypatc
     for only in (None, "distance", "llm"):
         with pytest.raises(common.UsageError, match="lost its end line"):
             common.render_blocks(damaged, only=only)
+
+def test_render_of_damaged_results_is_one_line(tmp_path, monkeypatch, capsys):
+    """Issue 53, items 18-23: --render on results that are JSON with a command but not what the report reads
+    (damaged, edited by hand) was the report's KeyError traceback; now one line, exit status 2."""
+    import eval
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "encodings.json").write_text(json.dumps({"command": "python eval.py --experiment encodings"}))
+    capsys.readouterr()
+    assert eval.main(["--experiment", "encodings", "--render", "--out-dir", "out"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "out/encodings.json is damaged or not this experiment's results" in error
+
+
+def test_pages_are_rendered_one_command_at_a_time(tmp_path, monkeypatch):
+    """Issue 53, item 20: two --render commands of different experiments at once each read README.md, and the
+    later write dropped the other's tables. render_pages holds a flock on the repository's folder while it
+    reads and writes the pages: another render waits. Checked from inside the render: a second, non-blocking
+    flock is refused. Bug caught: no lock (the planted `fcntl.flock` line removed)."""
+    import fcntl
+    page = tmp_path / "README.md"
+    page.write_text("before\n")
+    held = []
+
+    def render_blocks(text, only=None):
+        fd = os.open(common.ROOT, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(False)
+        except BlockingIOError:
+            held.append(True)
+        finally:
+            os.close(fd)
+        return text + f"rendered {only}\n"
+    monkeypatch.setattr(common, "pages", lambda: [str(page)])
+    monkeypatch.setattr(common, "render_blocks", render_blocks)
+    common.render_pages("encodings")
+    assert held == [True] and page.read_text() == "before\nrendered encodings\n"

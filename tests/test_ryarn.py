@@ -108,6 +108,43 @@ def test_a_gain_is_the_per_base_mean_over_matched_rates_where_both_sides_fitted(
     assert ryarn.base_gains(acc, "ryarn", "ft", lambda a: a[1], everything) == pytest.approx([0.25, 0.25])
 
 
+def test_each_fine_tune_is_gated_on_its_own_base_at_l_ft_as_trained():
+    """Issue 53: one fine-tune per (target, method, rate, base) in this design (the bases are the units; there
+    are no seeds within a cell), so the gate is per base: a fine-tune counts where its own validation accuracy
+    at L_ft, read as trained (YaRN-trained: at s), reaches the bar; ft+yarn where that base's ft did; a base's
+    readings always. Made-up measures: every model passes the bar except, on base 1, ryarn as trained (x s)
+    and ft; every reading at 2s passes. Bugs caught: the gate read at 2s, ft+yarn gated on nothing, one base's
+    gate used for every base, ryarn's claims still counting base 1."""
+    setup = {**QUICK, "bases": (0, 1, 2), "lrs": (1e-3,), "fit_bar": 0.9}
+    s = setup["factor"]
+    ranged = [name for name, _ in ryarn.probe_tunes(setup) if name.startswith("ryarn")]
+
+    def m(fit, test=0.5):
+        return {"test": [test] * len(ryarn.MULTIPLES), "fit": fit, "select": 0.5}
+
+    def tune(name, b):
+        unfit = b == 1 and (name == "ft" or name in ranged)
+        if name in ("ft", "rpe"):
+            return {"as trained": m(0.5 if unfit else 0.95)} | {f"ft+yarn x{k * s:g}": m(0.95)
+                                                                for k in ryarn.READ_FACTORS}
+        return {f"x{k * s:g}": m(0.5 if unfit and k == 1 else 0.95, test=0.8 if name in ranged else 0.5)
+                for k in ryarn.READ_FACTORS}
+    bases = {b: {task: {"as trained": m(0.1)} | {f"zero-shot+yarn x{k * s:g}": m(0.1) for k in ryarn.READ_FACTORS}
+                 for task in ryarn.TARGETS} for b in setup["bases"]}
+    tunes = {(task, name, lr, b): tune(name, b) for task in ryarn.TARGETS for name, _ in ryarn.probe_tunes(setup)
+             for lr in setup["lrs"] for b in setup["bases"]}
+    data = ryarn.tables(setup, bases, tunes)
+    for task in ryarn.TARGETS:
+        fitted = {arm: by_lr["0.001"] for arm, by_lr in data["fitted"][task].items()}
+        for arm in ["ft", "ft+yarn"] + ranged:
+            assert fitted[arm] == [True, False, True], (arm, fitted[arm])
+        for arm in ("rpe", "yarn", "zero-shot", "zero-shot+yarn"):
+            assert fitted[arm] == [True, True, True], (arm, fitted[arm])
+    gains = ryarn.base_gains(data["accuracy"]["latest_recall"], "ryarn", "yarn", ryarn.beyond_ft,
+                             data["fitted"]["latest_recall"])
+    assert gains == pytest.approx([0.3, 0.3])  # base 1 left out
+
+
 def test_claims_decide_both_targets_in_one_primary_family():
     acc = {arm: {"0.001": [[0.9, 0.5, 0.5, 0.5, 0.5]] * 3} for arm in list(ryarn.MODELS) + ["ryarn to 512"]}
     acc["ryarn"] = {"0.001": [[0.9, 0.8, 0.8, 0.8, 0.8], [0.9, 0.85, 0.8, 0.8, 0.8], [0.9, 0.8, 0.75, 0.8, 0.8]]}
@@ -218,6 +255,26 @@ def test_test_and_validation_sequences_come_from_unused_seeds(quick_run):
         used |= {seed, seed + 1, seed + 2}
     assert ryarn.TEST_SEED not in used and ryarn.VALIDATION_SEED not in used
     assert ryarn.TEST_SEED != ryarn.VALIDATION_SEED
+
+
+def test_validation_reads_the_validation_seed_and_the_test_lengths_the_test_seed(monkeypatch):
+    """Issue 53: measure()'s gate at L_ft and its factor choice at VALIDATION_MULTIPLE x L_ft evaluate sequences
+    of VALIDATION_SEED, every test length those of TEST_SEED (evaluate is faked, to record what it is asked).
+    Bug caught: a validation accuracy drawn from the test seed (s' and the gate chosen on the test set)."""
+    asked = []
+
+    def fake_evaluate(model, task, length, options, samples, seed, device="cpu"):
+        asked.append((length, samples, seed))
+        return {"accuracy": 0.5}
+    monkeypatch.setattr(ryarn, "evaluate", fake_evaluate)
+    monkeypatch.setattr(ryarn, "load_run", lambda run_dir, device, **overrides: (None, None))
+    setup, args = QUICK, types.SimpleNamespace(device="cpu")
+    ryarn.measure("a-run", "latest_recall", setup, args)
+    L_ft = setup["ft_len"][1]
+    tests = [(m * L_ft, setup["samples"], ryarn.TEST_SEED) for m in ryarn.MULTIPLES]
+    validation = [(L_ft, setup["validation_samples"], ryarn.VALIDATION_SEED),
+                  (ryarn.VALIDATION_MULTIPLE * L_ft, setup["validation_samples"], ryarn.VALIDATION_SEED)]
+    assert sorted(asked) == sorted(tests + validation)
 
 
 def test_the_results_render_again_from_their_json(quick_run):
