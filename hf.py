@@ -189,6 +189,19 @@ def apply_llm_rope(model, scaling: str, factor: float) -> None:
     model.config.max_position_embeddings = int(factor * original)
 
 
+def dynamic_yarn_at(model, length: int, factor: float = 1.0) -> float:
+    """Dynamic YaRN for inputs of up to `length` tokens: YaRN with the factor max(factor, length / L) over the
+    model's own context L, patched in (lengen.dynamic_yarn_frequencies); returns that factor. transformers has
+    no dynamic YaRN (its dynamic rope type is NTK's), so an evaluation calls this once per length it measures,
+    with the length asked for: every prompt there, its answer and what the model says fit inside it. Not saved
+    with the model: it is a way of reading one, not a fine-tune's setting."""
+    if not rotary_modules(model):
+        raise UsageError(f"{type(model).__name__} has no rotary embeddings: dynamic YaRN cannot be put into it")
+    head_dim, base, original = rope_geometry(model)
+    lengen.patch_hf_rope(model, *lengen.dynamic_yarn_frequencies(head_dim, base, factor, original, length))
+    return max(factor, length / original)
+
+
 def chat_ids(tokenizer, prompt: str, answer: str | None = None) -> tuple[torch.Tensor, int]:
     """Token ids (1, T) of the prompt as a user turn, plus the answer and end-of-turn when given; and the
     number of prompt tokens. Models without a chat template get 'PROMPT\nAnswer: '."""
@@ -236,7 +249,8 @@ def step_samples(tokenizer, cfg, step: int, ours: list[bool], every: bool) -> li
 
 def load_for_eval(spec: str, device: str, scaling: str | None = None, factor: float | None = None):
     """(model, tokenizer, label) for a base model name/path or an `train.py --llm` run directory; with
-    scaling 'yarn', the model gets YaRN x factor at inference (zero-shot)."""
+    scaling 'yarn', the model gets YaRN x factor at inference (zero-shot); with 'dynamic_yarn' only the label
+    says so here: the caller sets it per length (dynamic_yarn_at)."""
     run_config = os.path.join(spec, "config.json")
     is_run = os.path.isfile(run_config) and os.path.isdir(os.path.join(spec, "model"))
     model, tokenizer = load_llm(os.path.join(spec, "model") if is_run else spec, device)
@@ -244,6 +258,8 @@ def load_for_eval(spec: str, device: str, scaling: str | None = None, factor: fl
     if scaling == "yarn":
         apply_llm_rope(model, "yarn", factor or YARN_FACTOR)
         label += f" + YaRN x{factor or YARN_FACTOR:g}"
+    elif scaling == "dynamic_yarn":
+        label += " + dynamic YaRN" + (f" (at least x{factor:g})" if factor and factor > 1 else "")
     return model, tokenizer, label
 
 
