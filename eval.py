@@ -236,7 +236,7 @@ def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options
     tokens, the same prompts for every model. Exact match and the fraction of prompts where the right
     candidate ranks first have 95 % Wilson intervals (interval); the answer's log-probability, its 95 %
     t-interval. The seeds lie far from the training samples' (finetune.py uses seed * 1,000,003 + i)."""
-    candidates = text_tasks.ANSWER_CANDIDATES.get(task, ())
+    candidates = text_tasks.answer_candidates(task, options)
     scores = []
     # Under a launcher (torchrun) process r scores prompts r, r + N, ...; every process gets all the scores,
     # in prompt order, as one process computes them (each prompt is scored on its own).
@@ -298,11 +298,12 @@ def effective_length(rows: list[dict], threshold: float, alpha: float = 0.05) ->
     the threshold (true score above it) or the lower bound just past E rises above it (true score at or below):
     at most k one-sided errors for the k lengths, so each Wilson bound is one-sided at alpha / k (Bonferroni)
     and the interval covers E with probability >= 1 - alpha. tests/test_effective_length.py simulates known
-    curves, one hugging the threshold where that bound is nearly met, and checks the rate. `slope`: the fall in score per
-    doubling of the length between the effective length and the next tested one, and `crossing`: where the
-    straight line between them (against log2 length) meets the threshold. An effective length read off a curve
-    with slope k and score noise sigma is uncertain by a factor of about 2^(sigma / k): a shallow crossing gives a
-    wide interval, and the interval shows it. `outcome` names the two ends that have no crossing to report."""
+    curves, one hugging the threshold where that bound is nearly met, and checks the rate.
+    `slope`: the fall in score per doubling of the length between the effective length and the next tested one;
+    `crossing`: where the straight line between them (against log2 length) meets the threshold. An effective
+    length read off a curve with slope k and score noise sigma is uncertain by a factor of about 2^(sigma / k):
+    a shallow crossing gives a wide interval, and the interval shows it. `outcome` names the two ends that have
+    no crossing to report."""
     rows = sorted(rows, key=lambda r: r["length"])
     z = statistics.NormalDist().inv_cdf(1 - alpha / len(rows))  # each side's error alpha / k
     bounds = [wilson(r["accuracy"], r["samples"], z) for r in rows]

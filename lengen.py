@@ -126,7 +126,8 @@ def dynamic_yarn_frequencies(dim: int, base: float, factor: float, original_len:
     its own stretch is kept until n / L passes it, as the reference code's `finetuned` mode does.
     Standalone with: rope_frequencies, yarn_frequencies."""
     if not (original_len and original_len > 0):
-        raise ValueError(f"dynamic YaRN needs original_len > 0, the length the model was trained at, got {original_len}")
+        raise ValueError(f"dynamic YaRN needs original_len > 0, the length the model was trained at, "
+                         f"got {original_len}")
     rope_frequencies(dim, base, factor)  # checks dim, base and s
     return yarn_frequencies(dim, base, max(factor, (length or 0) / original_len), original_len)
 

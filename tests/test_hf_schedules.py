@@ -77,7 +77,8 @@ def test_dynamic_yarn_equals_hf_yarn_at_the_current_stretch(dim, base, context, 
     n = {"half": context // 2, "at": context, "one past": context + 1, "3.5x": 7 * context // 2,
          "16x": 16 * context}[length]
     ours, scale = L.dynamic_yarn_frequencies(dim, base, 1.0, context, n)
-    theirs, their_scale = hf_frequencies(hf_config(dim, base, context, rope_type="yarn", factor=max(1.0, n / context),
+    stretch = max(1.0, n / context)
+    theirs, their_scale = hf_frequencies(hf_config(dim, base, context, rope_type="yarn", factor=stretch,
                                                    original_max_position_embeddings=context))
     assert torch.allclose(ours, theirs, rtol=1e-6) and scale == pytest.approx(their_scale, rel=1e-6)
 

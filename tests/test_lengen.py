@@ -69,10 +69,11 @@ def test_dynamic_ntk_is_rope_up_to_original_length():
 
 
 def reference_dynamic_yarn(dim, base, original_len, length, finetuned_factor=1.0):
-    """Dynamic YaRN written out from the YaRN reference code (jquesnelle/yarn, LlamaDynamicYaRNScaledRotaryEmbedding),
-    in float64 and plain Python: plain RoPE with scale 1 until the input passes max(s, 1) * L positions; past
-    it, YaRN with the factor n / L: pairs below `low` keep theta, pairs above `high` take theta / factor, a linear
-    ramp over the pair index between; cos and sin multiplied by 0.1 ln(factor) + 1."""
+    """Dynamic YaRN written out from the YaRN reference code (jquesnelle/yarn,
+    LlamaDynamicYaRNScaledRotaryEmbedding), in float64 and plain Python: plain RoPE with scale 1 until the input
+    passes max(s, 1) * L positions; past it, YaRN with the factor n / L: pairs below `low` keep theta, pairs above
+    `high` take theta / factor, a linear ramp over the pair index between; cos and sin multiplied by
+    0.1 ln(factor) + 1."""
     theta = [base ** (-2 * i / dim) for i in range(dim // 2)]
     factor = max(finetuned_factor, length / original_len)
     if factor <= 1:
