@@ -217,17 +217,28 @@ def chat_ids(tokenizer, prompt: str, answer: str | None = None) -> tuple[torch.T
     return torch.tensor([ids]), n_prompt
 
 
-TEMPLATE = 32  # tokens kept for the chat template around a prompt
+TEMPLATE = 32  # tokens kept for the chat template around a prompt: a first guess, corrected in text_sample
 
 
 def text_sample(tokenizer, task: str, length: int, seed: int, options: dict) -> tuple[str, str]:
-    """A (prompt, answer) whose chat-formatted prompt fits in `length` tokens (TEMPLATE kept for the template)."""
-    try:
-        return text_tasks.make_text_sample(task, length - TEMPLATE, seed, lambda t: len(tokenizer(t).input_ids),
-                                           **options)
-    except ValueError as e:
-        raise ValueError(f"{length} tokens, less {TEMPLATE} for the chat template, leave {length - TEMPLATE} for "
-                         f"the task: {e}") from None
+    """A (prompt, answer) whose chat-formatted prompt, the answer's tokens and the end of turn together fit in
+    `length` tokens, so that a model measured "at 4096 tokens" reads and answers within 4096 positions. The
+    task first gets `length` less TEMPLATE; where the chat template (SmolLM2's system turn alone is 30 tokens)
+    and the answer take more, it is made again with the overshoot taken off the prompt it made: each try ends
+    within the length or makes a shorter prompt, so a few tries always do."""
+    count = lambda text: len(tokenizer(text).input_ids)  # noqa: E731
+    budget = length - TEMPLATE
+    for _ in range(4):
+        try:
+            prompt, answer = text_tasks.make_text_sample(task, budget, seed, count, **options)
+        except ValueError as e:
+            raise ValueError(f"{length} tokens, less {length - budget} for the chat template and the answer, "
+                             f"leave {budget} for the task: {e}") from None
+        over = chat_ids(tokenizer, prompt, answer)[0].shape[1] - length
+        if over <= 0:
+            return prompt, answer
+        budget = count(prompt) - over
+    raise ValueError(f"{task} at {length} tokens: no prompt found that leaves room for its answer")
 
 
 def step_samples(tokenizer, cfg, step: int, ours: list[bool], every: bool) -> list:

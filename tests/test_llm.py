@@ -537,3 +537,20 @@ def test_eval_sweeps_a_length_by_depth_grid_with_an_effective_length(tiny_llm, t
     assert data["effective_length"]["threshold"] == 0.5 and "effective length (score > 0.5" in printed
     assert "| length | depth 0 | depth 1 |" in printed and data["model"].endswith("dynamic YaRN")
     assert png.stat().st_size > 1000
+
+
+def test_every_prompt_leaves_room_for_its_answer(tiny_llm):
+    """Bug caught (watched failing): prompts sized without the chat template's system turn or the answer, so that
+    a prompt 'of 256 tokens' took 257 with its answer (SmolLM2's template adds a 30-token system turn, this
+    test's a longer one). Every task, at every length: the chat-formatted prompt, the answer and the end of turn
+    fit in the length asked, and the prompt still fills most of it."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_llm)
+    tokenizer.chat_template = ("system : " + "you are a careful reader . " * 8 +
+                               "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}"
+                               "{% if add_generation_prompt %}assistant : {% endif %}")
+    for task, options in [("passkey", {}), ("passkey", {"template": "varied"}), ("mrcr", {})] + \
+            [("babilong", {"facts": f}) for f in range(1, 6)]:
+        for length in (200, 333):
+            prompt, answer = hf.text_sample(tokenizer, task, length, 3, options)
+            total = hf.chat_ids(tokenizer, prompt, answer)[0].shape[1]
+            assert length - 30 <= total <= length, (task, options, length, total)
