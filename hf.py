@@ -223,7 +223,7 @@ TEMPLATE = 32  # tokens kept for the chat template around a prompt: a first gues
 def text_sample(tokenizer, task: str, length: int, seed: int, options: dict) -> tuple[str, str]:
     """A (prompt, answer) whose chat-formatted prompt, the answer's tokens and the end of turn together fit in
     `length` tokens, so that a model measured "at 4096 tokens" reads and answers within 4096 positions. The
-    task first gets `length` less TEMPLATE; where the chat template (SmolLM2's system turn alone is 30 tokens)
+    task first gets `length` less TEMPLATE; where the chat template (SmolLM2's, with its system turn: 30 tokens)
     and the answer take more, it is made again with the overshoot taken off the prompt it made: each try ends
     within the length or makes a shorter prompt, so a few tries always do."""
     count = lambda text: len(tokenizer(text).input_ids)  # noqa: E731
