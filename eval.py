@@ -5,6 +5,7 @@ named experiment.
     python eval.py runs/NAME --delays 0:60 --plot delays.png  # delay tasks: accuracy at each delay
     python eval.py runs/NAME --lengths 64,128 --scaling yarn --factor 4   # inference-time YaRN
     python eval.py runs/LLM_RUN --task babilong --lengths 2048,12288     # a train.py --llm run
+    python eval.py --llm smollm2 --task passkey --lengths 1024,4096 --depths 0,0.5,1   # grid, effective length
     torchrun --nproc_per_node 2 eval.py runs/LLM_RUN ...     # the prompts shared out over 2 processes
     python eval.py --experiment retrieval                    # experiments/retrieval.py -> results/retrieval.*
     python eval.py --experiment distance --jobs 4            # its independent models in 4 processes
@@ -12,10 +13,11 @@ named experiment.
 
 In reading order: loading a run; measuring it (evaluate: accuracy on fresh sequences at one length, with its
 interval; evaluate_table: a row per length or delay; final_table: what train.py prints at the end; evaluate_llm:
-exact match and answer log-probability for an LLM, with Student's t intervals over prompts); drawing it; the
-command line. train.py measures its runs with these same functions, and so do the experiments. An experiment
-(experiments/NAME.py and NAME_report.py, run by experiments/common.py) is imported only when asked for, by one
-late import in command(): nothing else here imports the experiments; they import this file.
+exact match and answer log-probability for an LLM, with Student's t intervals over prompts; evaluate_llm_grid
+and effective_length: a length x depth grid and the longest length above a threshold, with its interval);
+drawing it; the command line. train.py measures its runs with these same functions, and so do the experiments.
+An experiment (experiments/NAME.py and NAME_report.py, run by experiments/common.py) is imported only when asked
+for, by one late import in command(): nothing else here imports the experiments; they import this file.
 """
 from __future__ import annotations
 
@@ -667,9 +669,11 @@ def refuse_dropped(args) -> None:
     small_gpt = args.run and os.path.isfile(os.path.join(args.run, "checkpoint.pt"))
     if args.task and small_gpt:
         raise UsageError("--task chooses an LLM's text task: a small-GPT run is evaluated on its own task")
-    for flag in ("depths", "threshold"):
-        if given(flag) and small_gpt:
-            raise UsageError(f"--{flag} is for an LLM's text task: a small-GPT task hides nothing at a depth")
+    if given("depths") and small_gpt:
+        raise UsageError("--depths is for an LLM's text task: a small-GPT task hides nothing at a depth")
+    if given("threshold") and small_gpt:  # its per-sequence scores need not be right-or-wrong, as Wilson's are
+        raise UsageError("--threshold sets an LLM's effective length (exact match per prompt); a small-GPT run "
+                         "prints its accuracy per length")
 
 
 def flag_name(flag: str) -> str:

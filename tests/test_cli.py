@@ -201,6 +201,7 @@ def test_bad_eval_input_exits_2(trained_run, tmp_path, capfd):
         (("--llm", missing_llm, "--threshold", "1"), "--threshold must lie in [0, 1)"),
         (("--llm", missing_llm, "--task", "mrcr", "--depths", "0.5"), "mrcr hides nothing at a depth"),
         ((trained_run, "--depths", "0.5"), "small-GPT task hides nothing"),
+        ((trained_run, "--threshold", "0.5"), "sets an LLM's effective length"),
         (("--experiment", "retrieval", "--depths", "0.5"), "leave out --depths"),
     ]
     for args, message in cases:
