@@ -450,6 +450,8 @@ def depth_list(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected a comma-separated list of depths, got '{text}'") from None
     if not all(0 <= v <= 1 for v in values):
         raise argparse.ArgumentTypeError(f"depths lie in [0, 1] (0: at the start, 1: at the end), got '{text}'")
+    if len(set(values)) < len(values):
+        raise argparse.ArgumentTypeError(f"each depth once, got '{text}'")
     return values
 
 
@@ -567,6 +569,12 @@ def llm_eval_command(args) -> None:
     dist.stop()
     if dist.launch_rank() > 0:  # rank 0 reports for all
         return
+    report_llm(args, label, task, cells, threshold, time.perf_counter() - start)
+
+
+def report_llm(args, label: str, task: str, cells: list[dict], threshold: float, seconds: float) -> None:
+    """What llm_eval_command prints and writes: the grid (with --depths), a row per length, the effective length;
+    --json and --plot."""
     rows = pooled(cells) if args.depths is not None else cells
     summary = effective_length(rows, threshold)
     print(f"{label}: {task}, exact match")
@@ -574,9 +582,9 @@ def llm_eval_command(args) -> None:
         print(grid_table(cells))
         print("over the depths:")
     print(markdown_table(rows))
-    print(describe_effective_length(summary, min(lengths), max(lengths)))
-    print(f"({samples} prompts per length" + (f" and depth" if args.depths is not None else "") +
-          f", {time.perf_counter() - start:.0f} s)")
+    print(describe_effective_length(summary, min(r["length"] for r in rows), max(r["length"] for r in rows)))
+    print(f"({cells[0]['samples']} prompts per length" + (" and depth" if args.depths is not None else "") +
+          f", {seconds:.0f} s)")
     if args.json:
         text = json.dumps({"model": label, "task": task, "rows": rows, "effective_length": summary,
                            **({"cells": cells} if args.depths is not None else {})}, indent=1)

@@ -198,6 +198,7 @@ def test_bad_eval_input_exits_2(trained_run, tmp_path, capfd):
         (("--llm", missing_llm, "--original-len", "100"), "--original-len"),
         (("--llm", missing_llm, "--depths", "0,1.5"), "depths lie in [0, 1]"),
         (("--llm", missing_llm, "--depths", "a"), "comma-separated list of depths"),
+        (("--llm", missing_llm, "--depths", "0,0.5,0"), "each depth once"),
         (("--llm", missing_llm, "--threshold", "1"), "--threshold must lie in [0, 1)"),
         (("--llm", missing_llm, "--task", "mrcr", "--depths", "0.5"), "mrcr hides nothing at a depth"),
         ((trained_run, "--depths", "0.5"), "small-GPT task hides nothing"),
