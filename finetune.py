@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     llm.add_argument("--bf16", action="store_true",
                      help="bfloat16 autocast on the CPU too (always on CUDA): ~3x faster on a CPU with bfloat16 "
                           "instructions (AVX-512 BF16, AMX), 4-5x slower on one without")
-    llm.add_argument("--facts", type=int, default=None, help="babilong: 1, 2 or 3 supporting facts")
+    llm.add_argument("--facts", type=int, default=None, help="babilong: bAbI task qa1 to qa5 (1-3: supporting facts)")
     llm.add_argument("--grad-accum", type=int, default=1, metavar="K",
                      help="backwards per optimizer step: the global batch is batch x K x processes")
     llm.add_argument("--fsdp", action="store_true",

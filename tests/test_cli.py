@@ -210,6 +210,14 @@ def test_bad_eval_input_exits_2(trained_run, tmp_path, capfd):
         # issue 53, item 24: accepted, then ignored
         (("--llm", missing_llm, "--plot", str(tmp_path / "llm.png")), "--plot draws a small-GPT run's table"),
         (("--llm", missing_llm, "--delays", "0:4"), "--delays is for a small GPT's delay tasks"),
+        (("--llm", missing_llm, "--depths", "0,1.5"), "depths lie in [0, 1]"),
+        (("--llm", missing_llm, "--depths", "a"), "comma-separated list of depths"),
+        (("--llm", missing_llm, "--depths", "0,0.5,0"), "each depth once"),
+        (("--llm", missing_llm, "--threshold", "1"), "--threshold must lie in [0, 1)"),
+        (("--llm", missing_llm, "--task", "mrcr", "--depths", "0.5"), "mrcr hides nothing at a depth"),
+        ((trained_run, "--depths", "0.5"), "small-GPT task hides nothing"),
+        ((trained_run, "--threshold", "0.5"), "sets an LLM's effective length"),
+        (("--experiment", "retrieval", "--depths", "0.5"), "leave out --depths"),
     ]
     for args, message in cases:
         code, err = in_process("eval", args, capfd)
@@ -257,3 +265,21 @@ def test_a_fitted_run_without_its_fit_json_is_not_called_unfinished(tmp_path, ca
     os.remove(os.path.join(run, "fit.json"))
     assert lengen_eval.main([run, "--lengths", "16", "--samples", "8", "--threads", "1"]) == 0
     assert "unfinished" not in capsys.readouterr().out
+
+
+def test_dynamic_yarn_reads_a_run_as_trained_inside_its_context(tmp_path, capfd):
+    """Bug caught (planted and watched failing): dynamic YaRN with a fixed factor (1: it never stretches; s: it
+    stretches inside the context too). Inside L = 16 (the run's training length) it reads the run as trained,
+    and at 64 = 4 L it is YaRN x4 exactly; train.py takes it as a scaling like the others."""
+    run = train.run(TINY + ["--steps", "150", "--out", str(tmp_path / "r")])["run"]
+
+    def rows(*extra):
+        out = tmp_path / "e.json"
+        code, err = in_process("eval", [run, "--lengths", "16,64", "--samples", "64", "--json", out, *extra], capfd)
+        assert code == 0, err
+        return [{k: r[k] for k in ("accuracy", "low", "high")} for r in json.loads(out.read_text())["rows"]]
+    plain, dynamic = rows(), rows("--scaling", "dynamic_yarn")
+    static = rows("--scaling", "yarn", "--factor", "4", "--original-len", "16")
+    assert dynamic[0] == plain[0] and dynamic[1] == static[1] and static[1] != plain[1]
+    trained = train.run(TINY + ["--steps", "2", "--scaling", "dynamic_yarn", "--out", str(tmp_path / "d")])
+    assert json.loads(open(os.path.join(trained["run"], "config.json")).read())["scaling"] == "dynamic_yarn"
