@@ -5,6 +5,7 @@ named experiment.
     python eval.py runs/NAME --delays 0:60 --plot delays.png  # delay tasks: accuracy at each delay
     python eval.py runs/NAME --lengths 64,128 --scaling yarn --factor 4   # inference-time YaRN
     python eval.py runs/LLM_RUN --task babilong --lengths 2048,12288     # a train.py --llm run
+    python eval.py --llm smollm2 --task passkey --lengths 1024,4096 --depths 0,0.5,1   # grid, effective length
     torchrun --nproc_per_node 2 eval.py runs/LLM_RUN ...     # the prompts shared out over 2 processes
     python eval.py --experiment retrieval                    # experiments/retrieval.py -> results/retrieval.*
     python eval.py --experiment distance --jobs 4            # its independent models in 4 processes
@@ -12,10 +13,11 @@ named experiment.
 
 In reading order: loading a run; measuring it (evaluate: accuracy on fresh sequences at one length, with its
 interval; evaluate_table: a row per length or delay; final_table: what train.py prints at the end; evaluate_llm:
-exact match and answer log-probability for an LLM, with Student's t intervals over prompts); drawing it; the
-command line. train.py measures its runs with these same functions, and so do the experiments. An experiment
-(experiments/NAME.py and NAME_report.py, run by experiments/common.py) is imported only when asked for, by one
-late import in command(): nothing else here imports the experiments; they import this file.
+exact match and answer log-probability for an LLM, with Student's t intervals over prompts; evaluate_llm_grid
+and effective_length: a length x depth grid and the longest length above a threshold, with its interval);
+drawing it; the command line. train.py measures its runs with these same functions, and so do the experiments.
+An experiment (experiments/NAME.py and NAME_report.py, run by experiments/common.py) is imported only when asked
+for, by one late import in command(): nothing else here imports the experiments; they import this file.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ import io
 import json
 import math
 import os
+import stat
+import statistics
 import sys
 import time
 
@@ -39,7 +43,7 @@ import lengen
 import tasks
 import text_tasks
 from runs import (MAX_SAMPLES, RUN_FILES, Parser, RunConfig, UsageError, check_machine, check_memory, cli_main, finite,
-                  int_set, load_checkpoint, read_config, read_fit, save_atomic)
+                  holds_run, int_set, load_checkpoint, read_config, read_fit, save_atomic)
 
 # ---------------------------------------------------------------------------------------------------------
 # Loading a run
@@ -60,11 +64,29 @@ def load_run(run_dir: str, device: str = "cpu", **overrides) -> tuple[lengen.GPT
         model = lengen.GPT(model_config(cfg))
     except (TypeError, ValueError) as e:  # a setting of the wrong type or out of range
         raise UsageError(f"{run_dir}: {e}") from None
+    state = load_checkpoint(run_dir)["model"]
     try:
-        model.load_state_dict(load_checkpoint(run_dir)["model"])
-    except (TypeError, RuntimeError) as e:  # not a state dict, or not this model's
-        raise UsageError(f"{run_dir}: checkpoint does not match its config ({str(e).splitlines()[0]})") from None
+        model.load_state_dict(state)
+    except (TypeError, RuntimeError, AttributeError):  # not a state dict, or not this model's
+        raise UsageError(f"{run_dir}: checkpoint does not match its config ({mismatch(model, state)})") from None
     return model.to(device).eval(), cfg
+
+
+def mismatch(model: torch.nn.Module, state) -> str:
+    """Why weights do not load into a model, in its own words: the first weight missing, unexpected, or of
+    another shape (torch's own first line says only "Error(s) in loading state_dict for GPT:")."""
+    if not isinstance(state, dict):
+        return f"the weights are a {type(state).__name__}, not a state dict"
+    ours = model.state_dict()
+    for name, tensor in ours.items():
+        if name not in state:
+            return f"no {name} in the weights"
+        theirs = getattr(state[name], "shape", None)
+        if theirs != tensor.shape:
+            return f"{name} is {tuple(theirs) if theirs is not None else type(state[name]).__name__} in the " \
+                   f"weights, {tuple(tensor.shape)} in the model"
+    extra = [name for name in state if name not in ours]
+    return f"{extra[0]} in the weights is not in the model" if extra else "the weights do not load"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -72,17 +94,23 @@ def load_run(run_dir: str, device: str = "cpu", **overrides) -> tuple[lengen.GPT
 # ---------------------------------------------------------------------------------------------------------
 
 
+def wilson(mean: float, n: int, z: float = 1.96) -> tuple[float, float, float]:
+    """A fraction `mean` right of n trials, with Wilson's score interval at z (1.96: 95 %)."""
+    centre = (mean + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(mean * (1 - mean) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return mean, max(0.0, centre - half), min(1.0, centre + half)
+
+
 def interval(per_sequence: torch.Tensor) -> tuple[float, float, float]:
     """Mean accuracy over sequences with a 95 % interval: Wilson's when each sequence is right or wrong,
-    otherwise mean +- 1.96 standard errors (tokens of one sequence are not independent, so sequences are
-    the unit)."""
+    otherwise Student's t over sequences (tokens of one sequence are not independent, so sequences are the
+    unit; at a few sequences 1.96 standard errors would be far too narrow)."""
     n, mean = per_sequence.numel(), float(per_sequence.mean())
     if torch.all((per_sequence == 0) | (per_sequence == 1)):
-        z = 1.96
-        centre = (mean + z * z / (2 * n)) / (1 + z * z / n)
-        half = z * math.sqrt(mean * (1 - mean) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-        return mean, max(0.0, centre - half), min(1.0, centre + half)
-    half = 1.96 * float(per_sequence.std()) / math.sqrt(n)
+        return wilson(mean, n)
+    if n < 2:  # one sequence says nothing of its spread
+        return mean, 0.0, 1.0
+    half = t_critical(0.05, n - 1) * float(per_sequence.std()) / math.sqrt(n)
     return mean, max(0.0, mean - half), min(1.0, mean + half)
 
 
@@ -110,14 +138,27 @@ def betainc(a: float, b: float, x: float) -> float:
 
 
 def t_tail(t: float, df: int) -> float:
-    """P(|T| > |t|) for Student's t with df degrees of freedom: the two-sided p-value of a t statistic."""
-    return betainc(df / 2, 0.5, df / (df + t * t)) if math.isfinite(t) else 0.0
+    """P(|T| > |t|) for Student's t with df degrees of freedom: the two-sided p-value of a t statistic. Past a
+    df of 1e8 (where the tail is the normal's to 8 digits) df is 1e8: the continued fraction and lgamma lose
+    digits beyond it."""
+    if not math.isfinite(t):
+        return 0.0
+    if df < 1e5:
+        return betainc(df / 2, 0.5, df / (df + t * t))
+    # I_x(df/2, 1/2) with x = df / (df + t^2): at large df x rounds towards 1, and betainc's 1 - x loses every
+    # digit, so the complement is taken from t^2 / (df + t^2) itself
+    df = min(df, 1e8)
+    return 1.0 - betainc(0.5, df / 2, t * t / (df + t * t))
 
 
 @functools.lru_cache(maxsize=4096)
 def t_critical(alpha: float, df: int) -> float:
     """The t with P(|T| > t) = alpha: 12.706 for alpha 0.05 and df 1, 4.303 for df 2, 2.042 for df 30, 1.960 as
     df grows. By bisection on t_tail, which falls as t grows."""
+    if not 0 < alpha < 1:  # a negative alpha would double t for ever, and NaN compares false to every tail
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if not df >= 1:
+        raise ValueError(f"df must be >= 1, got {df}")
     low, high = 0.0, 1.0
     while t_tail(high, df) > alpha:
         low, high = high, 2 * high
@@ -231,7 +272,7 @@ def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options
     tokens, the same prompts for every model. Exact match and the fraction of prompts where the right
     candidate ranks first have 95 % Wilson intervals (interval); the answer's log-probability, its 95 %
     t-interval. The seeds lie far from the training samples' (finetune.py uses seed * 1,000,003 + i)."""
-    candidates = text_tasks.ANSWER_CANDIDATES.get(task, ())
+    candidates = text_tasks.answer_candidates(task, options)
     scores = []
     # Under a launcher (torchrun) process r scores prompts r, r + N, ...; every process gets all the scores,
     # in prompt order, as one process computes them (each prompt is scored on its own).
@@ -254,6 +295,110 @@ def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options
     return row
 
 
+# A length x depth grid, and the effective length read from it. Every cell draws its own prompts (its own haystack
+# and key), so that a cell's neighbours share no text: a grid that reused one haystack per length would measure
+# that haystack as much as the model.
+GRID_SEED = 10 ** 9  # as evaluate_llm's default: far from the training samples' seeds
+CELL_SEEDS = 10 ** 6  # seeds per cell (MAX_SAMPLES): cell c's prompts take GRID_SEED + c * CELL_SEEDS + i
+
+
+def evaluate_llm_grid(model, tokenizer, task: str, lengths: list[int], depths: list[float], samples: int,
+                      device: str = "cpu", bar=None, bf16: bool = False, first_cell: int = 0) -> list[dict]:
+    """evaluate_llm at every (length, depth), each cell with seeds of its own (cells numbered from first_cell,
+    lengths outermost): rows of {length, depth, accuracy, low, high, samples, ...}."""
+    cells = [(n, d) for n in lengths for d in depths]
+    return [{"depth": d, **evaluate_llm(model, tokenizer, task, n, samples, {"depth": d}, device,
+                                        GRID_SEED + (first_cell + c) * CELL_SEEDS, bar, bf16)}
+            for c, (n, d) in enumerate(cells)]
+
+
+def pooled(cells: list[dict]) -> list[dict]:
+    """One row per length, its cells' prompts taken together (over depths): {length, accuracy, low, high,
+    samples} with Wilson's 95 % interval."""
+    rows = []
+    for n in dict.fromkeys(c["length"] for c in cells):
+        here = [c for c in cells if c["length"] == n]
+        total = sum(c["samples"] for c in here)
+        mean = sum(c["accuracy"] * c["samples"] for c in here) / total
+        rows.append(dict(zip(("length", "accuracy", "low", "high"), (n, *wilson(mean, total))), samples=total))
+    return rows
+
+
+def effective_length(rows: list[dict], threshold: float, alpha: float = 0.05) -> dict:
+    """The longest tested length up to which every length scores above `threshold` (the effective length of
+    RULER, Hsieh et al. 2404.06654), from rows of {length, accuracy, samples} (exact match, so `accuracy` *
+    `samples` prompts were right), with a (1 - alpha) interval on the same grid.
+
+    The interval: `high` is the longest length up to which every upper bound is above the threshold, `low` the
+    same with lower bounds. It misses the true effective length E only if an upper bound at or below E falls to
+    the threshold (true score above it) or the lower bound just past E rises above it (true score at or below):
+    at most k one-sided errors for the k lengths, so each Wilson bound is one-sided at alpha / k (Bonferroni)
+    and the interval covers E with probability >= 1 - alpha. tests/test_effective_length.py simulates known
+    curves, one hugging the threshold where that bound is nearly met, and checks the rate.
+    `slope`: the fall in score per doubling of the length between the effective length and the next tested one;
+    `crossing`: where the straight line between them (against log2 length) meets the threshold. An effective
+    length read off a curve with slope k and score noise sigma is uncertain by a factor of about 2^(sigma / k):
+    a shallow crossing gives a wide interval, and the interval shows it. `outcome` names the two ends that have
+    no crossing to report."""
+    rows = sorted(rows, key=lambda r: r["length"])
+    z = statistics.NormalDist().inv_cdf(1 - alpha / len(rows))  # each side's error alpha / k
+    bounds = [wilson(r["accuracy"], r["samples"], z) for r in rows]
+
+    def longest(scores):
+        """The longest length up to which every score is above the threshold; None if the shortest is not."""
+        above = None
+        for r, score in zip(rows, scores):
+            if score <= threshold:
+                break
+            above = r["length"]
+        return above
+
+    point = longest([r["accuracy"] for r in rows])
+    out = {"threshold": threshold, "alpha": alpha, "length": point, "low": longest([b[1] for b in bounds]),
+           "high": longest([b[2] for b in bounds]), "slope": None, "crossing": None}
+    if point is None:
+        out["outcome"] = "below the threshold at the shortest length"
+    elif point == rows[-1]["length"]:
+        out["outcome"] = "above the threshold at every tested length"
+    else:
+        i = [r["length"] for r in rows].index(point)
+        a, b = rows[i], rows[i + 1]
+        out["slope"] = (a["accuracy"] - b["accuracy"]) / math.log2(b["length"] / a["length"])
+        out["crossing"] = a["length"] * 2 ** ((a["accuracy"] - threshold) / out["slope"])
+        out["outcome"] = "crosses the threshold"
+    return out
+
+
+def describe_effective_length(e: dict, shortest: int, longest: int) -> str:
+    """One line: the effective length, its interval (with the grid's ends said in words) and the slope."""
+    def bound(n, high):
+        if n is None:
+            return f"< {shortest}"
+        return f">= {n}" if high and n == longest else str(n)
+    head = f"effective length (score > {e['threshold']:g}, {1 - e['alpha']:.0%} interval over the grid): "
+    if e["length"] is None:
+        head += f"none, {e['outcome']} ({shortest})"
+    else:
+        head += f"{bound(e['length'], True)}"
+    head += f" [{bound(e['low'], False)}, {bound(e['high'], True)}]"
+    if e["slope"] is not None:
+        head += (f"; crossing near {e['crossing']:.0f} tokens, falling {e['slope']:.2f} per doubling")
+    elif e["length"] is not None:
+        head += f"; {e['outcome']}"
+    return head
+
+
+def grid_table(cells: list[dict]) -> str:
+    """Markdown: a row per length, a column per depth, each cell 'accuracy [low, high]' (Wilson, 95 %)."""
+    depths = list(dict.fromkeys(c["depth"] for c in cells))
+    lines = ["| length | " + " | ".join(f"depth {d:g}" for d in depths) + " |", "|---:|" + "---:|" * len(depths)]
+    for n in dict.fromkeys(c["length"] for c in cells):
+        row = {c["depth"]: c for c in cells if c["length"] == n}
+        lines.append(f"| {n} | " + " | ".join(f"{row[d]['accuracy']:.2f} [{row[d]['low']:.2f}, {row[d]['high']:.2f}]"
+                                              for d in depths) + " |")
+    return "\n".join(lines)
+
+
 
 # ---------------------------------------------------------------------------------------------------------
 # Drawing: optional. Without matplotlib every command still runs and says how to get the figure.
@@ -272,9 +417,10 @@ def pyplot():
 
 
 def save_figure(fig, path: str) -> None:
-    """A figure as PNG, written whole or not at all; its file name is the one given, whatever it ends with."""
+    """A figure in the format its name ends with (.pdf, .svg; PNG otherwise), written whole or not at all."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120)
+    ending = os.path.splitext(path)[1].lower().lstrip(".")
+    fig.savefig(buffer, format=ending if ending in ("pdf", "svg") else "png", dpi=120)
     save_atomic(path, lambda f: f.write(buffer.getvalue()))
 
 
@@ -298,6 +444,25 @@ def plot_curves(ax, curves: dict[str, list[dict]], key: str, train_range=None, l
 
 
 
+def plot_heatmap(ax, cells: list[dict], threshold: float) -> None:
+    """Exact match of every (length, depth) cell, lengths across and depths down, each cell's score written in
+    it; a cell at or below the threshold is marked with a dot."""
+    lengths = list(dict.fromkeys(c["length"] for c in cells))
+    depths = list(dict.fromkeys(c["depth"] for c in cells))
+    score = {(c["length"], c["depth"]): c["accuracy"] for c in cells}
+    grid = [[score[n, d] for n in lengths] for d in depths]
+    image = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+    for i, d in enumerate(depths):
+        for j, n in enumerate(lengths):
+            mark = "\u00b7" if score[n, d] <= threshold else ""
+            ax.text(j, i, f"{score[n, d]:.2f}{mark}", ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=7)
+    ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=7)
+    ax.set_xlabel("length (tokens)")
+    ax.set_ylabel("depth")
+    ax.figure.colorbar(image, ax=ax, label="exact match")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------------------
@@ -313,9 +478,23 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+def depth_list(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of depths, got '{text}'") from None
+    if not all(0 <= v <= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"depths lie in [0, 1] (0: at the start, 1: at the end), got '{text}'")
+    if len(set(values)) < len(values):
+        raise argparse.ArgumentTypeError(f"each depth once, got '{text}'")
+    return values
+
+
 def eval_command(args) -> None:
     if (args.factor is not None or args.original_len is not None) and args.scaling in (None, "none"):
         raise UsageError("--factor and --original-len set a rotary schedule: give --scaling with them")
+    if args.scaling == "dynamic_yarn" and args.factor is None:
+        args.factor = 1.0  # the reference code's dynamic YaRN: plain RoPE until the input passes L
     if args.scaling not in (None, "none") and args.factor is None:
         raise UsageError(f"--scaling {args.scaling} needs --factor S (how far it stretches the context)")
     overrides = {k: v for k, v in (("scaling", args.scaling), ("factor", args.factor),
@@ -352,11 +531,15 @@ def eval_command(args) -> None:
 
 def progress(run_dir: str, cfg: RunConfig) -> str:
     """Where an unfinished run's checkpoint stands ('' once it took every step, or stopped at its --fit-bar)."""
-    step = load_checkpoint(run_dir)["step"]
+    ckpt = load_checkpoint(run_dir)
+    step, fit = ckpt["step"], ckpt.get("fit")
     try:
         fitted = read_fit(run_dir).get("steps_to_fit") == step
     except (UsageError, AttributeError):  # no --fit-bar, or not a fit record
         fitted = False
+    # the checkpoint keeps the fit record too (train.py saves it with every checkpoint): fit.json gone, or never
+    # written, a run that stopped at its bar is still finished
+    fitted = fitted or (isinstance(fit, dict) and fit.get("steps_to_fit") == step)
     if step >= cfg.steps or fitted:
         return ""
     return f" (unfinished: its checkpoint is at step {step} of {cfg.steps}; train.py --resume --out RUN goes on)"
@@ -365,20 +548,45 @@ def progress(run_dir: str, cfg: RunConfig) -> str:
 PLOT_FORMATS = (".png", ".pdf", ".svg")  # what --plot writes, by the name's ending
 
 
+# What a Hugging Face model folder holds besides its config.json (weights, a tokenizer): never overwritten, and
+# a folder that holds one of them beside a config.json that is not a run's is a model's, where nothing is written.
+MODEL_FILES = (".safetensors", ".bin", ".gguf") + hf.TOKENIZER_FILES
+
+
 def check_writable(path: str | None, flag: str) -> None:
-    """Refuse, before anything is computed, a --json or --plot file that could not be written, or that is a
-    run's own file (its config.json, checkpoint, log...): writing it would lose the run."""
+    """Refuse, before anything is computed, a --json or --plot path that could not be written, or that writing
+    would harm: anything but a new name or a plain file (a symlink, a FIFO, a device: save_atomic would put a new
+    file in its place, and opening a FIFO to find out would wait for a reader), a file with other hard links
+    (they would part), a run's own file (its config.json, checkpoint, log...), or a model's."""
     if path is None:
         return
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.basename(os.path.normpath(path)) in RUN_FILES and os.path.isfile(os.path.join(folder, "config.json")):
+    folder, name = os.path.dirname(os.path.abspath(path)), os.path.basename(os.path.normpath(path))
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        found = None
+    except OSError as e:  # a folder on the way that is a file, or not searchable
+        raise UsageError(f"{flag} {path}: {e.strerror}") from None
+    if found is not None and not (stat.S_ISREG(found.st_mode) or stat.S_ISDIR(found.st_mode)):  # a folder: below
+        kind = "a symlink" if stat.S_ISLNK(found.st_mode) else "a FIFO" if stat.S_ISFIFO(found.st_mode) else \
+            "a device, a socket or some other special file"
+        raise UsageError(f"{flag} {path}: {kind}, not a plain file; give a new file name")
+    if found is not None and stat.S_ISREG(found.st_mode) and found.st_nlink > 1:
+        raise UsageError(f"{flag} {path}: a file with {found.st_nlink} hard links, which writing it would part; "
+                         "give another name")
+    if os.path.isfile(os.path.join(folder, "config.json")) and not holds_run(folder) \
+            and any(f.endswith(MODEL_FILES) for f in os.listdir(folder)):
+        raise UsageError(f"{flag} {path}: {folder} holds a model (a config.json that is not a run's); give a "
+                         "file outside it")
+    if name in RUN_FILES and os.path.isfile(os.path.join(folder, "config.json")):
         raise UsageError(f"{flag} {path}: that is a file of the run in {folder}; give another name")
-    existed = os.path.exists(path)
+    if found is not None and name.endswith(MODEL_FILES):
+        raise UsageError(f"{flag} {path}: that is a model's file; give another name")
     try:
         open(path, "a").close()  # what writing it will take, without changing a file that is there
     except OSError as e:  # a missing folder, a folder, no permission
         raise UsageError(f"{flag} {path}: {e.strerror}") from None
-    if not existed:
+    if found is None:
         os.remove(path)
 
 
@@ -386,36 +594,85 @@ MAX_LLM_TOKENS = 2 ** 20  # 8x Paper R's longest evaluation (128K)
 
 
 def llm_eval_command(args) -> None:
-    """eval.py on a train.py --llm run or a base model: exact match on a text task at each length."""
-    # An LLM is measured as saved, or with inference-time YaRN over its own context: refuse, before loading
-    # anything, the options that would otherwise be ignored or break the schedule.
-    if args.scaling not in (None, "none", "yarn"):
-        raise UsageError(f"--scaling {args.scaling}: an LLM is evaluated as saved or with --scaling yarn")
-    if args.factor is not None and args.scaling != "yarn":
-        raise UsageError("--factor needs --scaling yarn for an LLM")
+    """eval.py on a train.py --llm run or a base model: exact match on a text task at each length (and depth),
+    with the effective length."""
+    # An LLM is measured as saved, or with inference-time YaRN (static or dynamic) over its own context: refuse,
+    # before loading anything, the options that would otherwise be ignored or break the schedule.
+    if args.scaling not in (None, "none", "yarn", "dynamic_yarn"):
+        raise UsageError(f"--scaling {args.scaling}: an LLM is evaluated as saved or with --scaling yarn or "
+                         "dynamic_yarn")
+    if args.factor is not None and args.scaling not in ("yarn", "dynamic_yarn"):
+        raise UsageError("--factor needs --scaling yarn (or dynamic_yarn) for an LLM")
     if args.original_len is not None:
         raise UsageError("--original-len is for small-GPT runs: an LLM's original context is read from its config")
+    if args.plot:
+        raise UsageError("--plot draws a small-GPT run's table; an LLM's is printed (and kept with --json)")
+    if args.delays is not None:
+        raise UsageError("--delays is for a small GPT's delay tasks; an LLM is measured at --lengths")
     if args.lengths and max(args.lengths) > MAX_LLM_TOKENS:  # a prompt is built whole before the model sees it
         raise UsageError(f"--lengths {max(args.lengths):,}: an LLM prompt here is at most {MAX_LLM_TOKENS:,} tokens")
+    task = args.task or "babilong"
+    if args.depths is not None and "depth" not in text_tasks.text_task_options(task):
+        raise UsageError(f"--depths: {task} hides nothing at a depth; give --task " +
+                         " or ".join(t for t in text_tasks.TEXT_TASKS if "depth" in text_tasks.text_task_options(t)))
     device = dist.start(args.device)  # under torchrun, each process scores a share of the prompts (dist.py)
     model, tokenizer, label = hf.load_for_eval(args.run or args.llm, device, args.scaling, args.factor)
-    task = args.task or "babilong"
     lengths = args.lengths or [1024, 4096, 8192, 12288]
     if (table := hf.position_table(model)) and max(lengths) > table:
         raise UsageError(f"{label} has a learned table of {table} positions: --lengths {max(lengths)} goes beyond it")
     samples = args.samples or 5
     start = time.perf_counter()
-    with tqdm(total=len(lengths) * samples, desc=label, disable=dist.rank() > 0) as bar:
-        rows = [evaluate_llm(model, tokenizer, task, n, samples, {}, device, bar=bar) for n in lengths]
+    for n in lengths:  # every length holds the task's prompt, before any is scored
+        try:
+            hf.text_sample(tokenizer, task, n, 10 ** 9, {})
+        except ValueError as e:
+            raise UsageError(f"--lengths {n}: {e}") from None
+    depths = args.depths or [None]  # None: each prompt draws its own depth
+    threshold = 0.5 if args.threshold is None else args.threshold
+    cells = []
+    with tqdm(total=len(lengths) * len(depths) * samples, desc=label, disable=dist.rank() > 0) as bar:
+        for n in lengths:
+            if args.scaling == "dynamic_yarn":  # the factor this length needs, set once for all its prompts
+                hf.dynamic_yarn_at(model, n, args.factor or 1.0)
+            if args.depths is None:
+                cells.append(evaluate_llm(model, tokenizer, task, n, samples, {}, device, bar=bar))
+            else:
+                cells += evaluate_llm_grid(model, tokenizer, task, [n], depths, samples, device, bar=bar,
+                                           first_cell=len(cells))
     dist.stop()
     if dist.launch_rank() > 0:  # rank 0 reports for all
         return
+    report_llm(args, label, task, cells, threshold, time.perf_counter() - start)
+
+
+def report_llm(args, label: str, task: str, cells: list[dict], threshold: float, seconds: float) -> None:
+    """What llm_eval_command prints and writes: the grid (with --depths), a row per length, the effective length;
+    --json and --plot."""
+    rows = pooled(cells) if args.depths is not None else cells
+    summary = effective_length(rows, threshold)
     print(f"{label}: {task}, exact match")
+    if args.depths is not None:
+        print(grid_table(cells))
+        print("over the depths:")
     print(markdown_table(rows))
-    print(f"({samples} prompts per length, {time.perf_counter() - start:.0f} s)")
+    print(describe_effective_length(summary, min(r["length"] for r in rows), max(r["length"] for r in rows)))
+    print(f"({cells[0]['samples']} prompts per length" + (" and depth" if args.depths is not None else "") +
+          f", {seconds:.0f} s)")
     if args.json:
-        text = json.dumps({"model": label, "task": task, "rows": rows}, indent=1)
+        text = json.dumps({"model": label, "task": task, "rows": rows, "effective_length": summary,
+                           **({"cells": cells} if args.depths is not None else {})}, indent=1)
         save_atomic(args.json, lambda f: f.write(text.encode()))
+    if args.plot and (plt := pyplot()):
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        if args.depths is not None:
+            plot_heatmap(ax, cells, threshold)
+        else:
+            plot_curves(ax, {label: rows}, "length")
+            ax.axhline(threshold, color="grey", ls=":", lw=1)
+        ax.set_title(f"{label}: {task}", fontsize=8)
+        fig.tight_layout()
+        save_figure(fig, args.plot)
+        print(f"figure: {args.plot}")
 
 
 def experiment_names() -> list[str]:
@@ -435,11 +692,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sequences per length or delay (default 256; an LLM: 5 prompts)")
     p.add_argument("--llm", default=None, help="evaluate a base LLM (smollm2, a directory, a .gguf, a hub id)")
     p.add_argument("--task", default=None, choices=sorted(text_tasks.TEXT_TASKS), help="LLM text task (babilong)")
+    p.add_argument("--depths", type=depth_list, default=None,
+                   help="LLM: a length x depth grid, e.g. 0,0.25,0.5,0.75,1 (where the needle sits)")
+    p.add_argument("--threshold", type=finite, default=None,
+                   help="LLM: the score the effective length must stay above (default 0.5)")
     p.add_argument("--scaling", choices=tuple(lengen.SCALINGS), default=None,
                    help="evaluate with another rotary schedule (e.g. inference-time YaRN)")
     p.add_argument("--factor", type=finite, default=None)
     p.add_argument("--original-len", type=int, default=None)
-    p.add_argument("--plot", default=None, metavar="PNG")
+    p.add_argument("--plot", default=None, metavar="FILE", help="a figure: .png, .pdf or .svg")
     p.add_argument("--json", default=None, metavar="FILE")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -460,12 +721,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1,
                    help="experiment: this many independent runs at once, each in its own process (results are "
                         "identical to --jobs 1)")
+    p.add_argument("--cells", default=None, metavar="DIR",
+                   help="experiment: write DIR/wave1.txt, wave2.txt, ...: a command per model still to train, for "
+                        "a scheduler (docs/scaling-out.md); the same command without --cells then collects them")
+    p.add_argument("--launcher", default="local",
+                   help="experiment: local (this machine, --jobs at once) or submitit[:slurm|local|debug] (each "
+                        "wave a job array; pip install submitit)")
     return p
 
 
 # What each kind of command reads: a flag of another kind would be dropped without a word, so it is refused.
-EVALUATION_FLAGS = ("lengths", "delays", "samples", "llm", "task", "scaling", "factor", "original_len", "plot", "json")
-EXPERIMENT_FLAGS = ("quick", "full", "probe", "out_dir", "force", "render", "jobs")
+EVALUATION_FLAGS = ("lengths", "delays", "samples", "llm", "task", "depths", "threshold", "scaling", "factor",
+                    "original_len", "plot", "json")
+EXPERIMENT_FLAGS = ("quick", "full", "probe", "out_dir", "force", "render", "jobs", "cells", "launcher")
 
 
 def refuse_dropped(args) -> None:
@@ -473,7 +741,7 @@ def refuse_dropped(args) -> None:
     a run, --task on a small-GPT run (it has its own), and a run together with --llm (which one to evaluate?)."""
     def given(flag):
         value = getattr(args, flag)
-        return value is not None and value is not False and not (flag == "jobs" and value == 1)
+        return value is not None and value is not False and value != {"jobs": 1, "launcher": "local"}.get(flag)
     experiment = "--bench" if args.bench else "--experiment" if args.experiment else None
     if experiment:
         dropped = (["RUN"] if args.run else []) + [f for f in EVALUATION_FLAGS if given(f)]
@@ -488,6 +756,11 @@ def refuse_dropped(args) -> None:
     small_gpt = args.run and os.path.isfile(os.path.join(args.run, "checkpoint.pt"))
     if args.task and small_gpt:
         raise UsageError("--task chooses an LLM's text task: a small-GPT run is evaluated on its own task")
+    if given("depths") and small_gpt:
+        raise UsageError("--depths is for an LLM's text task: a small-GPT task hides nothing at a depth")
+    if given("threshold") and small_gpt:  # its per-sequence scores need not be right-or-wrong, as Wilson's are
+        raise UsageError("--threshold sets an LLM's effective length (exact match per prompt); a small-GPT run "
+                         "prints its accuracy per length")
 
 
 def flag_name(flag: str) -> str:
@@ -501,6 +774,8 @@ def check_command(args) -> bool:
         torch.set_num_threads(args.threads)
     if args.factor is not None and args.factor < 1:
         raise UsageError(f"--factor must be >= 1 (it stretches the context), got {args.factor:g}")
+    if args.threshold is not None and not 0 <= args.threshold < 1:
+        raise UsageError(f"--threshold must lie in [0, 1) (a fraction of prompts right), got {args.threshold:g}")
     refuse_dropped(args)
     llm = bool(args.llm or (args.run and os.path.isdir(os.path.join(args.run, "model"))))
     if dist.launched() and (args.bench or args.experiment or not llm):

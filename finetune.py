@@ -34,9 +34,9 @@ import hf
 import lengen
 import text_tasks
 from hf import YARN_FACTOR  # YaRN's s where yarn or ryarn is not given --factor
-from runs import (RUNTIME_KEYS, UsageError, build_folder, check_fit_flags, check_out, check_runtime, fit_due,
-                  fit_record, hold, open_log, physical_memory, prepare_run_dir, record_fit,
-                  refuse_unused, save_atomic, swap_in, write_config)
+from runs import (RUNTIME_KEYS, UsageError, check_fit_flags, check_out, check_runtime, check_weights,
+                  fit_due, fit_record, hold, open_log, physical_memory, prepare_run_dir, record_fit, refuse_unused,
+                  save_atomic, swap_in, write_config)
 
 
 # Paper R's methods: (YaRN scaling, randomized positions). Evaluation always uses contiguous positions.
@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     llm.add_argument("--bf16", action="store_true",
                      help="bfloat16 autocast on the CPU too (always on CUDA): ~3x faster on a CPU with bfloat16 "
                           "instructions (AVX-512 BF16, AMX), 4-5x slower on one without")
-    llm.add_argument("--facts", type=int, default=None, help="babilong: 1, 2 or 3 supporting facts")
+    llm.add_argument("--facts", type=int, default=None, help="babilong: bAbI task qa1 to qa5 (1-3: supporting facts)")
     llm.add_argument("--grad-accum", type=int, default=1, metavar="K",
                      help="backwards per optimizer step: the global batch is batch x K x processes")
     llm.add_argument("--fsdp", action="store_true",
@@ -299,8 +299,9 @@ def check_fit(model, tokenizer, cfg: LLMConfig, fit: dict, step: int, device, lo
 
 def train(cfg: LLMConfig, set_learning_rate, on_step=None):
     """Fine-tune a Hugging Face causal LM on short text-task samples with one of Paper R's methods; the loss
-    is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in cfg.out.
-    Under a launcher (torchrun) every process runs this; rank 0 alone writes (dist.py says how it spreads).
+    is on the answer tokens only. Saves the model (with its rope settings) and the tokenizer in the folder where
+    the run is built (prepare_run_dir), returned last (None on ranks other than 0), for run() to swap in. Under a
+    launcher (torchrun) every process runs this; rank 0 alone writes (dist.py says how it spreads).
     set_learning_rate(optimizer, step, lr, warmup, steps): train.py's, which the small GPT's loop calls too;
     on_step(step, ids, positions) sees every sample this process trains."""
     if cfg.threads:
@@ -347,7 +348,7 @@ def train(cfg: LLMConfig, set_learning_rate, on_step=None):
         check_fit(model, tokenizer, cfg, fit, step + 1, device, log)
         if fit["steps_to_fit"]:
             break
-    return save(model, tokenizer, cfg, out, log, fit), tokenizer, cfg
+    return save(model, tokenizer, cfg, out, log, fit), tokenizer, cfg, out
 
 
 def check_finite(loss_sum: float, step: int) -> None:
@@ -408,6 +409,7 @@ def save(model, tokenizer, cfg: LLMConfig, out: str | None, log, fit: dict):
     state = dist.full_state(model)
     if out is not None:
         log.close()
+        check_weights(state, "after the last step")  # rank 0 holds them all; its error ends the launch
         if fit["bar"]:
             save_atomic(os.path.join(out, "fit.json"), lambda f: f.write(json.dumps(fit).encode()))
         with hf.hushed(cfg.quiet):  # its "Writing model shards" bar
@@ -434,9 +436,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, set_learning_
     # process group to be left: that would wait forever for the others).
     lead = dist.launch_rank() == 0
     with hold(cfg.out) if lead else contextlib.nullcontext():
-        model, tokenizer, cfg = train(cfg, set_learning_rate, on_step)  # builds the run beside --out (prepare_run_dir)
+        # the run is built where prepare_run_dir chose when training began: beside --out, or inside it (--out
+        # may appear as a folder while it trains; swap_in moves the run in from where it is)
+        model, tokenizer, cfg, built = train(cfg, set_learning_rate, on_step)
         if lead:
-            swap_in(build_folder(cfg.out), cfg.out)
+            swap_in(built, cfg.out)
     dist.stop()
     if lead and not cfg.quiet:
         print(f"saved {cfg.out}/model ({cfg.method}); measure it with: python eval.py {cfg.out}")

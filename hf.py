@@ -189,6 +189,19 @@ def apply_llm_rope(model, scaling: str, factor: float) -> None:
     model.config.max_position_embeddings = int(factor * original)
 
 
+def dynamic_yarn_at(model, length: int, factor: float = 1.0) -> float:
+    """Dynamic YaRN for inputs of up to `length` tokens: YaRN with the factor max(factor, length / L) over the
+    model's own context L, patched in (lengen.dynamic_yarn_frequencies); returns that factor. transformers has
+    no dynamic YaRN (its dynamic rope type is NTK's), so an evaluation calls this once per length it measures,
+    with the length asked for: every prompt there, its answer and what the model says fit inside it. Not saved
+    with the model: it is a way of reading one, not a fine-tune's setting."""
+    if not rotary_modules(model):
+        raise UsageError(f"{type(model).__name__} has no rotary embeddings: dynamic YaRN cannot be put into it")
+    head_dim, base, original = rope_geometry(model)
+    lengen.patch_hf_rope(model, *lengen.dynamic_yarn_frequencies(head_dim, base, factor, original, length))
+    return max(factor, length / original)
+
+
 def chat_ids(tokenizer, prompt: str, answer: str | None = None) -> tuple[torch.Tensor, int]:
     """Token ids (1, T) of the prompt as a user turn, plus the answer and end-of-turn when given; and the
     number of prompt tokens. Models without a chat template get 'PROMPT\nAnswer: '."""
@@ -204,17 +217,28 @@ def chat_ids(tokenizer, prompt: str, answer: str | None = None) -> tuple[torch.T
     return torch.tensor([ids]), n_prompt
 
 
-TEMPLATE = 32  # tokens kept for the chat template around a prompt
+TEMPLATE = 32  # tokens kept for the chat template around a prompt: a first guess, corrected in text_sample
 
 
 def text_sample(tokenizer, task: str, length: int, seed: int, options: dict) -> tuple[str, str]:
-    """A (prompt, answer) whose chat-formatted prompt fits in `length` tokens (TEMPLATE kept for the template)."""
-    try:
-        return text_tasks.make_text_sample(task, length - TEMPLATE, seed, lambda t: len(tokenizer(t).input_ids),
-                                           **options)
-    except ValueError as e:
-        raise ValueError(f"{length} tokens, less {TEMPLATE} for the chat template, leave {length - TEMPLATE} for "
-                         f"the task: {e}") from None
+    """A (prompt, answer) whose chat-formatted prompt, the answer's tokens and the end of turn together fit in
+    `length` tokens, so that a model measured "at 4096 tokens" reads and answers within 4096 positions. The
+    task first gets `length` less TEMPLATE; where the chat template (SmolLM2's, with its system turn: 30 tokens)
+    and the answer take more, it is made again with the overshoot taken off the prompt it made: each try ends
+    within the length or makes a shorter prompt, so a few tries always do."""
+    count = lambda text: len(tokenizer(text).input_ids)  # noqa: E731
+    budget = length - TEMPLATE
+    for _ in range(4):
+        try:
+            prompt, answer = text_tasks.make_text_sample(task, budget, seed, count, **options)
+        except ValueError as e:
+            raise ValueError(f"{length} tokens, less {length - budget} for the chat template and the answer, "
+                             f"leave {budget} for the task: {e}") from None
+        over = chat_ids(tokenizer, prompt, answer)[0].shape[1] - length
+        if over <= 0:
+            return prompt, answer
+        budget = count(prompt) - over
+    raise ValueError(f"{task} at {length} tokens: no prompt found that leaves room for its answer")
 
 
 def step_samples(tokenizer, cfg, step: int, ours: list[bool], every: bool) -> list:
@@ -236,7 +260,8 @@ def step_samples(tokenizer, cfg, step: int, ours: list[bool], every: bool) -> li
 
 def load_for_eval(spec: str, device: str, scaling: str | None = None, factor: float | None = None):
     """(model, tokenizer, label) for a base model name/path or an `train.py --llm` run directory; with
-    scaling 'yarn', the model gets YaRN x factor at inference (zero-shot)."""
+    scaling 'yarn', the model gets YaRN x factor at inference (zero-shot); with 'dynamic_yarn' only the label
+    says so here: the caller sets it per length (dynamic_yarn_at)."""
     run_config = os.path.join(spec, "config.json")
     is_run = os.path.isfile(run_config) and os.path.isdir(os.path.join(spec, "model"))
     model, tokenizer = load_llm(os.path.join(spec, "model") if is_run else spec, device)
@@ -244,6 +269,8 @@ def load_for_eval(spec: str, device: str, scaling: str | None = None, factor: fl
     if scaling == "yarn":
         apply_llm_rope(model, "yarn", factor or YARN_FACTOR)
         label += f" + YaRN x{factor or YARN_FACTOR:g}"
+    elif scaling == "dynamic_yarn":
+        label += " + dynamic YaRN" + (f" (at least x{factor:g})" if factor and factor > 1 else "")
     return model, tokenizer, label
 
 

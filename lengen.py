@@ -1,7 +1,7 @@
 """lengen: the building blocks of length generalization in transformers, and a small GPT made of them.
 
 Read top to bottom (`python lengen.py` prints a short tour):
-  1. rotary scalings (RoPE, PI, NTK, dynamic NTK, YaRN)   -> (inv_freq, attention_scale)
+  1. rotary scalings (RoPE, PI, NTK, dynamic NTK, YaRN, dynamic YaRN)   -> (inv_freq, attention_scale)
   2. applying rotations (cos/sin in float64, the half-split layout of Hugging Face Llama models)
   3. position ids (contiguous, randomized, uniform stretch, PoSE) and a length curriculum
   4. positional encodings, grouped by where they act: the input, q/k rotation, the attention logits
@@ -116,10 +116,28 @@ def yarn_frequencies(dim: int, base: float, factor: float, original_len: int, le
     return inv_freq, scale
 
 
+def dynamic_yarn_frequencies(dim: int, base: float, factor: float, original_len: int,
+                             length: int | None = None) -> tuple[torch.Tensor, float]:
+    """Dynamic YaRN (arXiv 2309.00071 sec. 3.3 applied to YaRN): YaRN with s' = max(s, n / L) at length n.
+
+    With s = 1 (the reference code's default) it is plain RoPE up to the original length L and stretches only
+    as far as the current input needs past it, so short inputs are read exactly as in pretraining (static YaRN
+    changes them: a slower slow half and a larger attention scale). s > 1 is a model fine-tuned with YaRN x s:
+    its own stretch is kept until n / L passes it, as the reference code's `finetuned` mode does.
+    Standalone with: rope_frequencies, yarn_frequencies."""
+    if not (original_len and original_len > 0):
+        raise ValueError(f"dynamic YaRN needs original_len > 0, the length the model was trained at, "
+                         f"got {original_len}")
+    rope_frequencies(dim, base, factor)  # checks dim, base and s
+    return yarn_frequencies(dim, base, max(factor, (length or 0) / original_len), original_len)
+
+
 # name -> scaling: one signature, so a caller chooses a scaling from a string without knowing which
 # arguments it reads.
 SCALINGS = {"none": rope_frequencies, "pi": pi_frequencies, "ntk": ntk_frequencies,
-             "dynamic_ntk": dynamic_ntk_frequencies, "yarn": yarn_frequencies}
+             "dynamic_ntk": dynamic_ntk_frequencies, "yarn": yarn_frequencies,
+             "dynamic_yarn": dynamic_yarn_frequencies}
+DYNAMIC = ("dynamic_ntk", "dynamic_yarn")  # the scalings that read the current length
 
 
 def scaling_frequencies(name: str, dim: int, base: float, factor: float = 1.0,
@@ -353,7 +371,7 @@ class Rotary(PositionalEncoding):
     """RoPE with any scaling: rotates q and k so that <R_m q, R_n k> = <q, R_(n-m) k> (arXiv 2104.09864).
 
     The logit then depends on n - m alone: shifting every position by the same amount changes nothing.
-    dynamic_ntk recomputes its frequencies from the largest position in each call."""
+    dynamic_ntk and dynamic_yarn recompute their frequencies from the largest position in each call."""
 
     acts_on = "qk"
 
@@ -373,9 +391,9 @@ class Rotary(PositionalEncoding):
                 and torch.equal(cached[0], positions):
             return cached[1]
         inv_freq, scale = self.inv_freq, self.attention_scale
-        if self.scaling == "dynamic_ntk":
-            inv_freq, scale = dynamic_ntk_frequencies(self.head_dim, self.base, self.factor,
-                                                      self.original_len, int(positions.max()) + 1)
+        if self.scaling in DYNAMIC:
+            inv_freq, scale = SCALINGS[self.scaling](self.head_dim, self.base, self.factor, self.original_len,
+                                                     int(positions.max()) + 1)
         cos_sin = rotary_cos_sin(positions, inv_freq.to(positions.device), scale)
         self._cache = (positions.clone(), cos_sin)
         return cos_sin
@@ -697,7 +715,7 @@ class GPTConfig:
     alibi_slope_heads: int | None = None   # ALiBi: the slopes the paper gives this many heads, spaced over these
     scaling: str = "none"                  # a key of SCALINGS (RoPE only)
     factor: float = 1.0                    # the scaling factor s
-    original_len: int | None = None    # the length L the scaling stretches (YaRN, dynamic NTK)
+    original_len: int | None = None    # the length L the scaling stretches (YaRN, dynamic NTK and YaRN)
     attention: str = "softmax"             # "softmax" | "linear"
     linear_normalised: bool = False        # linear attention: divide by the sum of (positive) scores
     max_len: int = 1024                    # rows of a learned table: the longest position ever evaluated

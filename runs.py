@@ -2,9 +2,11 @@
 
 - Every file is written to a temporary name, flushed to the disk and renamed over the old one (save_atomic):
   a kill or a power cut leaves the old file or the new one, never a part of one.
-- A run is held while it trains (hold): a second train.py on the same folder is turned away in one line.
+- A run is held while it trains (hold): a second train.py on the same folder, on this machine or on another
+  node of a cluster that shares the filesystem, is turned away in one line.
 - --force builds the new run beside the old one and swaps it in only once it is whole (prepare_run_dir,
-  swap_in): a new run that fails to start leaves the old one exactly as it was.
+  swap_in): a new run that fails to start leaves the old one exactly as it was, and a swap that a kill cuts
+  short is finished by the next command on the folder (finish_swap). Weights that are not finite are never saved.
 - Ctrl-C and SIGTERM (what a cluster scheduler sends before it preempts a job) finish the step in flight
   (signals_deferred), so a checkpoint is always a step boundary and --resume continues bit for bit.
 - config.json and checkpoint.pt are checked to hold what a run holds before anything reads them.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import fcntl
+import hashlib
 import json
 import math
 import os
@@ -26,8 +28,11 @@ import re
 import resource
 import shutil
 import signal
+import socket
+import stat
 import sys
 import threading
+import time
 
 import torch
 
@@ -44,10 +49,13 @@ class Interrupted(Exception):
 
 def save_atomic(path: str, write) -> None:
     """write(f) fills a temporary file that is flushed to the disk before it is renamed over `path`, and the
-    rename is flushed too: a kill or a power cut leaves the old file or the new one, never a part of one."""
+    rename is flushed too: a kill or a power cut leaves the old file or the new one, never a part of one. The new
+    file keeps the old one's permissions (a private file stays private)."""
     tmp = path + ".tmp"
     try:
         with open(tmp, "wb") as f:
+            if os.path.isfile(path):
+                os.fchmod(f.fileno(), stat.S_IMODE(os.stat(path).st_mode))
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -175,6 +183,7 @@ def read_fit(run_dir: str) -> dict:
 
 def read_config(run_dir: str) -> RunConfig:
     """The settings of the run in run_dir, from its config.json (a key it does not know is left aside)."""
+    settle(run_dir)
     path = os.path.join(run_dir, "config.json")
     if not os.path.isfile(path):
         raise UsageError(f"{run_dir}: not a run directory (no config.json)")
@@ -204,8 +213,31 @@ def load_checkpoint(run_dir: str) -> dict:
     return ckpt
 
 
+def code_digest() -> str:
+    """sha256 of the code a small GPT's training runs: a run trained by older code is trained again."""
+    digest = hashlib.sha256()
+    root = os.path.dirname(os.path.abspath(__file__))
+    for name in ("lengen.py", "tasks.py", "train.py", "eval.py", "runs.py"):
+        with open(os.path.join(root, name), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
+def made_by_record(argv: list[str], cpu_s: float | None = None) -> dict:
+    """What a finished small-GPT run's made-by.json holds: the command line that trained it (train.py's argv), the
+    code that did (code_digest), and what the training took (cpu_s: the process's CPU seconds, its threads
+    included). An experiment reuses the run only where argv and code are its own; cpu_s lets a reused model still
+    report its cost, so that a probe run again plans from it."""
+    return {"argv": list(argv), "code": code_digest()} | ({} if cpu_s is None else {"cpu_s": round(cpu_s, 2)})
+
+
 # what --force replaces
 RUN_FILES = ("config.json", "checkpoint.pt", "log.jsonl", "final.json", "fit.json", "model", "made-by.json")
+# The stages of swap_in into a folder, each a folder of its own inside it, so that a process killed at any point
+# (SIGKILL, the OOM killer, a power cut) leaves a state that says how far it went: the new run is built in
+# .lengen.new; the old run's files go into .lengen.going, which is renamed .lengen.old once all of them are
+# there; the new run's files come in; .lengen.old is renamed .lengen.gone, and only then deleted.
+SWAP = {stage: f".lengen.{stage}" for stage in ("new", "going", "old", "gone")}
 
 
 def beside(out: str, suffix: str) -> str:
@@ -220,44 +252,142 @@ def build_folder(out: str) -> str:
     the filesystem of the files it replaces, even when out is a symlink to another disk or a mount point),
     else beside it, where a rename makes it `out`."""
     real = os.path.realpath(out)
-    return os.path.join(real, ".lengen.new") if os.path.isdir(real) else beside(real, "new")
+    return os.path.join(real, SWAP["new"]) if os.path.isdir(real) else beside(real, "new")
+
+
+# The lock of a run folder is a file inside it, made with O_CREAT | O_EXCL: the create either makes the file or
+# fails because it exists, and that holds on a shared filesystem (NFS since v3, Lustre, GPFS) where fcntl.flock
+# may be node-local or off, so that two nodes of a cluster could both have trained into one folder. Inside the
+# folder, not beside it: one folder reached under two names (a symlink, a bind mount, another node's mount point)
+# has one lock. A process killed outright leaves its file behind, so the file names its holder: on the same host
+# a lock whose process is gone is stale; from another host, whose processes cannot be seen, a lock its holder has
+# not touched for LOCK_STALE_S seconds is (the holder touches it every LOCK_BEAT_S while it runs).
+LOCK_NAME = ".lengen.lock"
+LOCK_BEAT_S = 60.0
+LOCK_STALE_S = 600.0  # ten missed beats: more than a shared filesystem's clock skew or a stalled write
+
+
+def lock_owner(path: str) -> dict | None:
+    """What a lock file says of its holder ({"host", "pid", "holder"}), or None when it cannot be read (it went
+    as we looked, or its holder died between making it and writing it: then only its age tells)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            owner = json.load(f)
+        return owner if isinstance(owner, dict) and {"host", "pid"} <= set(owner) else None
+    except (OSError, ValueError):
+        return None
+
+
+def lock_stale(path: str, owner: dict | None) -> str | None:
+    """Why the lock at `path` is left over from a holder that is gone (a line), or None while it may be alive."""
+    if owner and owner["host"] == socket.gethostname():
+        try:
+            os.kill(owner["pid"], 0)
+        except ProcessLookupError:
+            return f"its process {owner['pid']} on {owner['host']} is gone"
+        except (PermissionError, OverflowError, TypeError):  # alive under another user; a pid no process has
+            pass
+        return None
+    try:
+        age = time.time() - os.stat(path).st_mtime
+    except FileNotFoundError:
+        return "it was released"
+    return f"untouched for {age:.0f} s (more than {LOCK_STALE_S:.0f})" if age > LOCK_STALE_S else None
+
+
+def take_lock(out: str, holder: str) -> str:
+    """Make out/.lengen.lock naming this host and process, or say in one line who holds it. A stale lock is taken
+    over under a second exclusive file (.lengen.lock.break), so that of two processes finding it stale at once
+    only one replaces it; the other sees the new holder."""
+    lock = os.path.join(out, LOCK_NAME)
+    me = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "holder": holder})
+    for _ in range(3):  # a lock released or broken as we look is tried again
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            owner = lock_owner(lock)
+            why = lock_stale(lock, owner)
+            if why is None:
+                who = f"{owner.get('holder', 'command')} (pid {owner['pid']} on {owner['host']})" if owner else holder
+                raise UsageError(f"{out} is in use by another {who}; wait for it to finish, or delete {lock} if "
+                                 "nothing holds it") from None
+            breaker = lock + ".break"
+            try:
+                os.close(os.open(breaker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            except FileExistsError:  # another process is taking it over now; one left by a killed one is old
+                if time.time() - os.stat(breaker).st_mtime > LOCK_BEAT_S:
+                    os.remove(breaker)
+                continue
+            try:
+                if lock_owner(lock) == owner and lock_stale(lock, owner):  # still the lock judged stale
+                    print(f"{out}: taking over a stale lock ({why})", file=sys.stderr)
+                    os.remove(lock)
+            finally:
+                os.remove(breaker)
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(me)
+            f.flush()
+            os.fsync(f.fileno())
+        return me
+    raise UsageError(f"{out} is in use by another {holder}; wait for it to finish")
 
 
 @contextlib.contextmanager
 def hold(out: str, holder: str = "train.py"):
-    """Hold the run folder `out` while the block runs: a second train.py on it is turned away in one line
-    instead of racing this one for its files (`holder` names the command in that line). The lock is an flock
-    on runs/.NAME.lock, which the kernel drops however the process ends. What a process killed outright leaves
-    (a half-built new run, *.tmp files) is cleared on the way in; this process's own on the way out."""
+    """Hold the run folder `out` while the block runs: a second train.py on it, on this machine or another that
+    shares the filesystem, is turned away in one line instead of racing this one for its files (`holder` names
+    the command in that line). The lock is out/.lengen.lock (take_lock), touched every LOCK_BEAT_S while the
+    block runs. `out` is made for it if it is not there, and removed again if the block leaves it empty. What a
+    process killed outright leaves is put right on the way in (tidy: a swap cut short finished, a half-built new
+    run and *.tmp files cleared); this process's own on the way out."""
     if os.path.islink(out) and not os.path.exists(out):  # its lock would be made where the link points
         raise UsageError(f"cannot write to {out}: a symlink to nothing")
-    lock = beside(out, "lock")
+    made = not os.path.lexists(out)
     try:
-        os.makedirs(os.path.dirname(lock), exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise UsageError(f"{out} is in use by another {holder}; wait for it to finish") from None
-            if os.fstat(fd).st_nlink:  # still the lock file, not one its last holder removed as we opened it
-                break
-            os.close(fd)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
+        os.makedirs(out, exist_ok=True)
+        me = take_lock(out, holder)
+    except (OSError, UsageError) as e:  # a file where the folder should be, a read-only folder; held already
+        if made:  # left as it was (a process racing this one may have made it and hold it: then it stays)
+            with contextlib.suppress(OSError):
+                os.rmdir(out)
+        if isinstance(e, UsageError):
+            raise
         raise UsageError(f"cannot write to {out}: {e.strerror}") from None
+    lock, done = os.path.join(out, LOCK_NAME), threading.Event()
+    beat = threading.Thread(target=touch_while, args=(lock, done), daemon=True)
+    beat.start()
     try:
         tidy(out)
         yield
     finally:
+        done.set()
+        beat.join()
         tidy(out)
-        os.remove(lock)
-        os.close(fd)
+        if lock_owner(lock) == json.loads(me):  # still ours (not broken by another host that thought us gone)
+            os.remove(lock)
+        if made and not os.listdir(out):  # a run that never started leaves no folder behind
+            os.rmdir(out)
+
+
+def touch_while(lock: str, done: threading.Event) -> None:
+    """The lock's heartbeat: its time stamp renewed every LOCK_BEAT_S until `done`, so that another host can
+    tell a held lock from one left by a holder that died (lock_stale)."""
+    while not done.wait(LOCK_BEAT_S):
+        with contextlib.suppress(OSError):
+            os.utime(lock)
 
 
 def tidy(out: str) -> None:
-    for left in (beside(out, "new"), os.path.join(out, ".lengen.new"), os.path.join(out, ".lengen.old")):
+    """Finish a swap that a kill cut short (finish_swap), then clear what is left of a build that never went in."""
+    try:
+        done = finish_swap(out) if os.path.isdir(out) else None
+    except OSError as e:  # nothing is deleted: the stages stay as they are for the next try
+        raise UsageError(f"{out}: cannot finish a --force swap of runs that was cut short ({e.strerror}); its "
+                         f"files are in {', '.join(SWAP.values())} there") from None
+    if done:
+        print(done, file=sys.stderr)
+    for left in (beside(out, "new"), os.path.join(out, SWAP["new"]), os.path.join(out, SWAP["gone"])):
         shutil.rmtree(left, ignore_errors=True)
     for tmp in (os.path.join(out, name + ".tmp") for name in RUN_FILES):
         if os.path.isfile(tmp):
@@ -293,9 +423,23 @@ def out_of_memory(error: BaseException) -> str | None:
             f"this process may use {physical_memory() / 2 ** 30:,.0f} GiB")
 
 
+def holds_run(folder: str) -> bool:
+    """Whether folder's config.json is a lengen run's (a small GPT's or an LLM fine-tune's: both name their task,
+    training length, steps and seed), not a Hugging Face model's or anything else's."""
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(saved, dict) and {"task", "train_len", "steps", "seed"} <= set(saved)
+
+
 def check_out(out: str, force: bool) -> None:
     """`out` may take a new run: it holds none (or --force replaces it), and no file there that a run writes
-    (model/, checkpoint.pt, ...) belongs to something else, since the new run would replace it."""
+    (model/, checkpoint.pt, config.json, ...) belongs to something else, since the new run would replace it."""
+    if os.path.lexists(os.path.join(out, "config.json")) and not holds_run(out):
+        raise UsageError(f"{out} holds a config.json that is not a lengen run's (a Hugging Face model's?): a run "
+                         "there would replace it; give an empty or new folder")
     if os.path.exists(os.path.join(out, "config.json")):
         if not force:
             raise UsageError(f"{out} already holds a run: --resume to continue it, --force to overwrite it")
@@ -324,37 +468,84 @@ def prepare_run_dir(out: str, force: bool) -> str:
 def swap_in(new: str, out: str) -> None:
     """Put the run built in `new` (build_folder) where `out` is: one rename, or, when `out` is a folder already,
     its run's files replaced by the new run's (other files there, such as a figure saved beside the run, stay).
-    The old files are moved aside first and deleted only once every new one is in place; a rename that fails
-    puts them back and says so. Ctrl-C and SIGTERM wait for it; only a SIGKILL within these few renames could
-    leave a mix of two runs."""
+    The old files are moved aside first and deleted only once every new one is in place (the stages of SWAP);
+    a rename that fails puts them back and says so. Ctrl-C and SIGTERM wait for it; a SIGKILL within these few
+    renames leaves the stages, which the next command on the folder finishes (finish_swap)."""
     real = os.path.realpath(out)
     with signals_deferred() as stop:
         if not os.path.isdir(real):
             os.rename(new, real)
         else:
-            aside = os.path.join(real, ".lengen.old")
-            os.makedirs(aside, exist_ok=True)
-            old = [name for name in RUN_FILES if os.path.lexists(os.path.join(real, name))]
+            stage = {name: os.path.join(real, folder) for name, folder in SWAP.items()}
             moved = []
             try:
-                for name in old:
-                    os.rename(os.path.join(real, name), os.path.join(aside, name))
+                if new != stage["new"]:  # built beside a folder that appeared since (an LLM fine-tune's --out)
+                    os.rename(new, stage["new"])
+                    new = stage["new"]
+                os.makedirs(stage["going"], exist_ok=True)
+                for name in RUN_FILES:
+                    if os.path.lexists(os.path.join(real, name)):
+                        os.rename(os.path.join(real, name), os.path.join(stage["going"], name))
+                os.rename(stage["going"], stage["old"])  # every old file is aside: all that comes in now is new
+                sync_folder(real)
                 for name in os.listdir(new):
                     os.rename(os.path.join(new, name), os.path.join(real, name))
                     moved.append(name)
+                os.rename(stage["old"], stage["gone"])
             except OSError as e:  # the old run goes back as it was; the new one stays where it was built
                 for name in moved:
                     os.rename(os.path.join(real, name), os.path.join(new, name))
-                for name in os.listdir(aside):
-                    os.rename(os.path.join(aside, name), os.path.join(real, name))
+                put_back(real, stage)
                 raise UsageError(f"cannot put the new run in {out} ({e.strerror}); the run there is unchanged") \
                     from None
-            shutil.rmtree(aside)
+            shutil.rmtree(stage["gone"], ignore_errors=True)  # what it cannot delete, the next tidy will
             os.rmdir(new)
         sync_folder(real)
         sync_folder(os.path.dirname(real))
     if stop:  # now that the run is whole, a Ctrl-C or SIGTERM that came during the swap stops the command
         raise KeyboardInterrupt
+
+
+def finish_swap(out: str) -> str | None:
+    """A swap_in that a kill cut short, finished: the new run was whole before the swap began (swap_in comes after
+    its checkpoint, or an LLM's saved model), so the swap goes on from the stage it reached and the new run takes
+    the folder, as the command that was killed asked. Nothing is deleted before the new run is in place. Returns
+    one line that says so, or None where no swap was cut short (.lengen.gone alone: it was done)."""
+    real = os.path.realpath(out)
+    stage = {name: os.path.join(real, folder) for name, folder in SWAP.items()}
+    if not (os.path.isdir(stage["going"]) or os.path.isdir(stage["old"])):
+        return None
+    if os.path.isdir(stage["going"]) and not os.path.isfile(os.path.join(stage["new"], "config.json")):
+        put_back(real, stage)  # no new run to finish with (not one swap_in began with): the old one stays
+        return f"{out}: a --force swap of runs here was cut short (the process was killed); the old run is back"
+    if os.path.isdir(stage["going"]):  # still moving the old files aside: the rest follow
+        for name in RUN_FILES:
+            if os.path.lexists(os.path.join(real, name)):
+                os.rename(os.path.join(real, name), os.path.join(stage["going"], name))
+        os.rename(stage["going"], stage["old"])
+    for name in os.listdir(stage["new"]) if os.path.isdir(stage["new"]) else ():
+        os.rename(os.path.join(stage["new"], name), os.path.join(real, name))
+    os.rename(stage["old"], stage["gone"])
+    sync_folder(real)
+    return (f"{out}: a --force swap of runs here was cut short (the process was killed); it is finished now: the "
+            "new run is in place")
+
+
+def settle(run_dir: str) -> None:
+    """Before a run is read: a swap that a kill cut short in its folder is finished (finish_swap, which says so),
+    under the folder's lock, so that a swap going on in another process is left alone (and said to be)."""
+    if any(os.path.isdir(os.path.join(run_dir, SWAP[stage])) for stage in ("going", "old")):
+        with hold(run_dir):
+            pass
+
+
+def put_back(real: str, stage: dict) -> None:
+    """The old run's files, moved aside by swap_in (stage: SWAP's folders in `real`), back in their place."""
+    for aside in (stage["going"], stage["old"]):
+        if os.path.isdir(aside):
+            for name in os.listdir(aside):
+                os.rename(os.path.join(aside, name), os.path.join(real, name))
+            os.rmdir(aside)
 
 
 @contextlib.contextmanager
@@ -414,11 +605,21 @@ class RunFolder:
         save_atomic(os.path.join(self.folder, name), lambda f: f.write(data))
 
     def save_checkpoint(self, state: dict) -> None:
-        """checkpoint.pt; the first one of a new run puts the run in out's place."""
+        """checkpoint.pt, of finite weights (check_weights); the first one of a new run puts the run in out's place."""
+        check_weights(state["model"], f"after step {state['step']}")
         save_atomic(os.path.join(self.folder, "checkpoint.pt"), lambda f: torch.save(state, f))
         if not self.started:
             swap_in(self.folder, self.out)
             self.folder = self.out
+
+
+def check_weights(weights: dict, when: str) -> None:
+    """Weights about to be saved are finite. A step can turn them to inf or NaN while its own loss was finite (a
+    backward that overflows, a huge --lr); saved, they would replace the last checkpoint, or the run that --force
+    replaces, with a model that computes nothing."""
+    if not all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point()):
+        raise UsageError(f"the weights are not finite (inf or NaN) {when}: training diverged (lower --lr); they "
+                         "were not saved")
 
 
 def write_config(out: str, config: dict) -> None:

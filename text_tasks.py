@@ -19,8 +19,9 @@ from typing import Callable
 # one text whatever the tokenizer; only how much of the filler is used depends on count_tokens. Nothing is
 # downloaded. The answer is a short string, scored with answer_matches.
 #
-# - passkey: a 5-digit key hidden in filler (Mohtashami & Jaggi, 2305.16300), at a chosen depth.
-# - babilong: a bAbI story (Weston et al., 1502.05698; tasks qa1, qa2, qa3) spread through filler, as in
+# - passkey: a 5-digit key hidden in filler (Mohtashami & Jaggi, 2305.16300), at a chosen depth: in their
+#   published prompt (the "grass is green" filler, as the PI and YaRN papers also use it), or in varied filler.
+# - babilong: a bAbI story (Weston et al., 1502.05698; tasks qa1 to qa5) spread through filler, as in
 #   BABILong (Kuratov et al., 2406.10149). Paper R fine-tunes on its 3-hop subset.
 # - mrcr: multi-round coreference resolution, as in OpenAI's MRCR (after Michelangelo, 2409.12640): the same
 #   request appears several times in a long conversation; reproduce the reply to the i-th one.
@@ -125,13 +126,28 @@ def _depth(drawn, depth, name):
     return depth
 
 
-def passkey(length, seed, count_tokens, depth=None):
-    """
-    A 5-digit pass key hidden in generated filler, at relative depth `depth` (0 = before all the filler,
-    1 = after it; uniform in [0, 1] if None); the question asks for it. Mohtashami & Jaggi's test.
+# The passkey prompt as Mohtashami & Jaggi published it (landmark attention's run_test.py; Figure 3 of the PI paper,
+# 2306.15595, which YaRN's evaluation reuses): one filler block repeated, the key line between two of its copies,
+# and a question the model completes. Lines are joined by newlines, as there.
+PASSKEY_TASK = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
+                "I will quiz you about the important information there.")
+PASSKEY_FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+PASSKEY_QUESTION = "What is the pass key? The pass key is"
+PASSKEY_TEMPLATES = ("published", "varied")
 
-    Example, passkey(60, seed=0, count_tokens=lambda s: len(s.split()), depth=0.5), 59 words (one more filler
-    sentence would pass 60):
+
+def passkey(length, seed, count_tokens, depth=None, template="published"):
+    """
+    A 5-digit pass key hidden in filler, at relative depth `depth` (0 = before all the filler, 1 = after it;
+    uniform in [0, 1] if None); the question asks for it. Mohtashami & Jaggi's test, scored by exact match.
+
+    template="published": their prompt, word for word (PASSKEY_TASK, PASSKEY_FILLER repeated, PASSKEY_QUESTION),
+        the key placed between whole copies of the filler block. The key is 5 digits, as in the PI paper.
+    template="varied": generated filler sentences that never repeat one verbatim, and a question that asks for
+        the number only (this project's first version; the same key and depth for a seed).
+
+    Example, passkey(60, seed=0, count_tokens=lambda s: len(s.split()), depth=0.5, template="varied"), 59 words
+    (one more filler sentence would pass 60):
         prompt = "There is a pass key hidden in the text below, among many sentences that do not matter. Find it
                   and remember it.
 
@@ -141,11 +157,21 @@ def passkey(length, seed, count_tokens, depth=None):
                   What is the pass key? Answer with the number only."
         answer = "65125"
     """
+    if template not in PASSKEY_TEMPLATES:
+        raise ValueError(f"passkey needs template in {', '.join(PASSKEY_TEMPLATES)}, got template={template!r}")
     rng = random.Random(seed)
     depth = _depth(rng.random(), depth, "passkey")
     key = str(rng.randint(10000, 99999))
-    filler = _Stream(_filler(random.Random(rng.getrandbits(64))))
     needle = f"The pass key is {key}. Remember it. {key} is the pass key."
+    if template == "published":
+        def build(k):
+            cut = round(depth * k)
+            lines = [PASSKEY_TASK, " ".join([PASSKEY_FILLER] * cut), needle, " ".join([PASSKEY_FILLER] * (k - cut)),
+                     PASSKEY_QUESTION]
+            return "\n".join(line for line in lines if line)  # no empty line where a side has no filler
+
+        return _fit("passkey", length, count_tokens, build), key
+    filler = _Stream(_filler(random.Random(rng.getrandbits(64))))
 
     def build(k):
         text = " ".join(_weave(filler.first(k), [needle], [depth]))
@@ -214,11 +240,52 @@ def _babi_story(rng, facts):
     return _interleave(rng, chains), question, answer
 
 
+_DIRECTIONS = {"north": "south", "south": "north", "east": "west", "west": "east"}
+_GIVES = ("gave", "handed", "passed")
+
+
+def _babi_relations(rng):
+    """(story, question, answer) for bAbI qa4, two-argument relations: 'The A is north of the B. The B is north
+    of the C.' in either order; 'What is north of the B?' asks for A, 'What is the B north of?' for C."""
+    a, b, c = rng.sample(PLACES, 3)
+    way = rng.choice(list(_DIRECTIONS))
+    story = [f"The {a} is {way} of the {b}.", f"The {b} is {way} of the {c}."]
+    rng.shuffle(story)
+    if rng.random() < 0.5:
+        return story, f"What is {way} of the {b}?", a
+    return story, f"What is the {b} {way} of?", c
+
+
+def _babi_giving(rng):
+    """(story, question, answer) for bAbI qa5, three-argument relations: a thing passes along 2 or 3 people
+    ('Mary gave the apple to John.'); a person off that path hands another thing to its first. One give of the
+    passed thing is asked about as 'Who gave the apple to John?', 'Who did Mary give the apple to?' or 'What
+    did Mary give to John?'. The people on the path are distinct, so each question has one answer."""
+    people = rng.sample(PEOPLE, len(PEOPLE))
+    other, path = people[0], people[1:1 + rng.choice((2, 3))]  # the thing passes once or twice
+    thing, other_thing = rng.sample(OBJECTS, 2)
+    chain = [f"{path[0]} {rng.choice(_TAKES)} the {thing}."]
+    chain += [f"{giver} {rng.choice(_GIVES)} the {thing} to {taker}." for giver, taker in zip(path, path[1:])]
+    aside = [f"{other} {rng.choice(_TAKES)} the {other_thing}.",
+             f"{other} {rng.choice(_GIVES)} the {other_thing} to {path[0]}."]
+    walks = [f"{who} {rng.choice(_MOVES)} the {rng.choice(PLACES)}." for who in rng.sample(PEOPLE, 2)]
+    story = _interleave(rng, [chain, aside, walks])
+    i = rng.randrange(len(path) - 1)
+    giver, taker = path[i], path[i + 1]
+    form = rng.randrange(3)
+    if form == 0:
+        return story, f"Who gave the {thing} to {taker}?", giver
+    if form == 1:
+        return story, f"Who did {giver} give the {thing} to?", taker
+    return story, f"What did {giver} give to {taker}?", thing
+
+
 def babilong(length, seed, count_tokens, facts=1, depth=None):
     """
-    A bAbI story hidden in generated filler (BABILong); the question needs `facts` supporting sentences.
-    The first story sentence comes at relative depth `depth` of the filler (uniform in [0, 1] if None); the
-    rest follow in order at random places between there and the end. The answer is one word, a place.
+    A bAbI story hidden in generated filler (BABILong): task qa`facts`; in qa1 to qa3 the question needs `facts`
+    supporting sentences. The first story sentence comes at relative depth `depth` of the filler (uniform in
+    [0, 1] if None); the rest follow in order at random places between there and the end. The answer is one
+    word: a place (qa1 to qa4), a person or a thing (qa5).
 
     facts=1 (qa1): people walk about; "Where is Mary?" is the last place Mary went to (she always goes
         somewhere else first, and others walk too).
@@ -229,6 +296,12 @@ def babilong(length, seed, count_tokens, facts=1, depth=None):
         while holding it: here 3 or 4 distinct places, after which it may be dropped (the hero walks on to a
         fifth place). "Where was the apple before the B?", with B the last place of the trail, asks for the
         place just before B in the trail.
+    facts=4 (qa4, two-argument relations): two sentences place three rooms in a line ("The office is north of the
+        kitchen."); "What is north of the kitchen?" or "What is the kitchen north of?" asks for one of the ends.
+    facts=5 (qa5, three-argument relations): a thing is handed along 2 or 3 people while another changes hands
+        once; "Who gave the apple to John?", "Who did Mary give the apple to?" or "What did Mary give to John?".
+        The answer is a person or a thing.
+    (facts names bAbI's task: qa4 and qa5 need one supporting fact each, the relation asked about.)
 
     Example, babilong(120, seed=0, count_tokens=lambda s: len(s.split()), facts=3, depth=0.3), 118 words; the
     football's trail is bathroom, garden, office (Mary's milk and everyone's walks are distractors):
@@ -244,11 +317,11 @@ def babilong(length, seed, count_tokens, facts=1, depth=None):
                   Question: Where was the football before the office? Answer with one word."
         answer = "garden"
     """
-    if facts not in (1, 2, 3):
-        raise ValueError(f"babilong needs facts in 1, 2, 3 (qa1, qa2, qa3), got facts={facts}")
+    if facts not in (1, 2, 3, 4, 5):
+        raise ValueError(f"babilong needs facts in 1 to 5 (bAbI's qa1 to qa5), got facts={facts}")
     rng = random.Random(seed)
     depth = _depth(rng.random(), depth, "babilong")
-    story, question, answer = _babi_story(rng, facts)
+    story, question, answer = {4: _babi_relations, 5: _babi_giving}.get(facts, lambda r: _babi_story(r, facts))(rng)
     where = [depth] + sorted(depth + (1 - depth) * rng.random() for _ in story[1:])
     filler = _Stream(_filler(random.Random(rng.getrandbits(64))))
 
@@ -367,8 +440,14 @@ def mrcr(length, seed, count_tokens, needles=4, index=None):
 
 
 TEXT_TASKS: dict[str, Callable] = {"passkey": passkey, "babilong": babilong, "mrcr": mrcr}
-# Where every answer is one of a few words, a model can also be scored by how it ranks the right one among them.
-ANSWER_CANDIDATES = {"babilong": PLACES}
+
+
+def answer_candidates(name, options=None):
+    """Where every answer is one of a few words, a model can also be scored by how it ranks the right one among
+    them: babilong's places (qa1 to qa4), its people and things (qa5); () for the other tasks."""
+    if name != "babilong":
+        return ()
+    return PEOPLE + OBJECTS if (options or {}).get("facts") == 5 else PLACES
 
 
 def text_task_options(name):

@@ -40,7 +40,8 @@ import text_tasks
 from eval import evaluate, final_table, load_run, markdown_table, model_config
 from runs import (MAX_SAMPLES, Interrupted, Parser, RunConfig, RunFolder, UsageError, check_fit_flags, check_machine,
                   check_memory, check_runtime, cli_main, finite, fit_due, fit_record, hold, int_range, int_set,
-                  load_checkpoint, record_fit, refuse_unused, resume_config, save_atomic)
+                  load_checkpoint, made_by_record, physical_memory, record_fit, refuse_unused, resume_config,
+                  save_atomic)
 
 
 # Defaults of a small GPT trained from scratch; an LLM fine-tune has its own (finetune.DEFAULTS).
@@ -232,16 +233,19 @@ def restore(out: str, model: lengen.GPT, optimizer, data_rng: torch.Generator, p
             lines = f.readlines()
     except FileNotFoundError:  # deleted: the run goes on, logging from its checkpoint
         lines = []
-    kept = [line for line in lines if (step := logged_step(line)) is not None and step <= ckpt["step"]]
+    # each kept line ends with its newline: one that lost it (a power cut) would run into the next step's
+    kept = [line.rstrip("\n") + "\n" for line in lines if (step := logged_step(line)) is not None
+            and step <= ckpt["step"]]
     save_atomic(path, lambda f: f.write("".join(kept).encode()))
     return ckpt["step"], ckpt.get("fit") or fit
 
 
 def logged_step(line: str) -> int | None:
     """The step of one whole log.jsonl line; None for a line cut short, garbled (NUL bytes after a power cut) or
-    not the log's (edited by hand)."""
+    not the log's (edited by hand). A line that parses is whole, with or without its newline: a JSON object cut
+    anywhere before its closing brace does not parse."""
     try:
-        step = json.loads(line)["step"] if line.endswith("\n") else None
+        step = json.loads(line)["step"]
     except (ValueError, TypeError, KeyError):
         return None
     return step if isinstance(step, int) else None
@@ -279,12 +283,16 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
         except (ValueError, RuntimeError) as e:  # the task's and the model's own checks
             raise UsageError(str(e)) from None
     with hold(cfg.out):
+        since = time.process_time()
         model = train(cfg, on_step)
-        if not cfg.eval_samples:  # the caller measures the model itself
-            return {"run": cfg.out, "rows": []}
-        rows, key = final_table(model, cfg)
-        save_atomic(os.path.join(cfg.out, "final.json"), lambda f: f.write(json.dumps(rows, indent=1).encode()))
-    if not cfg.quiet:
+        rows, key = final_table(model, cfg) if cfg.eval_samples else ([], None)  # 0: the caller measures it
+        if cfg.eval_samples:
+            save_atomic(os.path.join(cfg.out, "final.json"), lambda f: f.write(json.dumps(rows, indent=1).encode()))
+        # Last, once the run is whole: what an experiment reuses the run by (common.train_once), so that a model
+        # trained from its recorded command, here or on a cluster's node, is never trained again.
+        made_by = json.dumps(made_by_record(sys.argv[1:] if argv is None else argv, time.process_time() - since))
+        save_atomic(os.path.join(cfg.out, "made-by.json"), lambda f: f.write(made_by.encode()))
+    if cfg.eval_samples and not cfg.quiet:
         print(f"\n{cfg.out}: trained on {key}s " + (f"{cfg.train_len[0]}..{cfg.train_len[1]}" if key == "length"
                                                      else ",".join(map(str, cfg.task_options["delays"]))))
         print(markdown_table(rows, key))
@@ -425,6 +433,7 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> RunCon
     check_positions(cfg)
     check_numbers(cfg)
     cfg.vocab_size = tasks.vocab_size(cfg.task, **cfg.task_options)
+    check_weights(cfg)
     check_memory(cfg.dim, cfg.vocab_size, cfg.batch * hi, f"a batch of {cfg.batch} x {hi} tokens", cfg.device)
     for n in cfg.train_len:  # the task fits every training length
         tasks.make_batch(cfg.task, 1, n, torch.Generator(), **cfg.task_options)
@@ -495,8 +504,10 @@ def check_numbers(cfg: RunConfig) -> None:
         raise UsageError(f"--eval-samples must be >= 0 and at most {MAX_SAMPLES:,}")
     if cfg.rope_base <= 1:
         raise UsageError("--rope-base must be > 1 (rotary frequencies are base^(-2i/d))")
-    if cfg.alibi_slope_heads is not None and cfg.alibi_slope_heads < 1:
-        raise UsageError("--alibi-slope-heads must be >= 1")
+    # the slopes of at most 64x the heads: finer spacing of the same 2^-8..2^-8/N span says nothing new, and
+    # 1e8 of them took minutes to list
+    if cfg.alibi_slope_heads is not None and not 1 <= cfg.alibi_slope_heads <= 64 * cfg.heads:
+        raise UsageError(f"--alibi-slope-heads must be >= 1 and at most {64 * cfg.heads} (64 x --heads)")
     if cfg.scaling == "none" and cfg.factor != 1:
         raise UsageError(f"--factor {cfg.factor:g} stretches a rotary scaling: give --scaling "
                          f"{'|'.join(s for s in lengen.SCALINGS if s != 'none')} with it")
@@ -504,10 +515,24 @@ def check_numbers(cfg: RunConfig) -> None:
         raise UsageError(f"--original-len {cfg.original_len}: the length a model was trained at is >= 1")
 
 
+def check_weights(cfg: RunConfig) -> None:
+    """Refuse, before the model is built (a million layers took minutes, then all memory), weights that cannot
+    fit: per layer 4 dim^2 of attention and 8 dim^2 of MLP, the embedding, output and position tables; and for
+    each weight its gradient and AdamW's two moments. A lower bound, as check_memory's."""
+    per_layer = (4 + (0 if cfg.no_mlp else 8)) * cfg.dim ** 2
+    table = cfg.max_len if cfg.encoding == "learned" else 0
+    weights = cfg.layers * per_layer + (2 * cfg.vocab_size + table) * cfg.dim
+    need, have = 16 * weights, physical_memory()
+    if need > have:
+        raise UsageError(f"--layers {cfg.layers:,} x --dim {cfg.dim:,}: the weights and AdamW's state need at least "
+                         f"{need / 2 ** 30:,.4g} GiB; this machine has {have / 2 ** 30:,.0f} GiB")
+
+
 def check_resumed(cfg: RunConfig) -> None:
     """What --resume reads from a config.json that may have been edited by hand: the model it describes can be
     built, and the machine has its device (say --device cpu to continue a GPU run here)."""
     try:
+        check_weights(cfg)
         lengen.GPT(model_config(cfg))
     except (TypeError, ValueError) as e:
         raise UsageError(f"{cfg.out}/config.json: {e}") from None

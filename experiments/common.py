@@ -21,13 +21,15 @@ an experiment, late, and nothing below imports an experiment.
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
+import fcntl
 import importlib
 import json
+import math
 import multiprocessing
 import os
 import re
 import resource
+import shlex
 import signal
 import sys
 import tempfile
@@ -36,11 +38,12 @@ import threading
 import time
 
 import torch
+from tqdm import tqdm
 
 import train
 from eval import experiment_names, pyplot, sample_sd, save_figure
 from experiments.stats import FIT_BAR
-from runs import Interrupted, UsageError, hold, read_fit, save_atomic, signals_deferred
+from runs import Interrupted, UsageError, code_digest, hold, read_fit, save_atomic, signals_deferred
 
 # ---------------------------------------------------------------------------------------------------------
 # Figures: one colour per method, fixed across panels; bands over seeds
@@ -101,8 +104,10 @@ def int_keys(obj: dict) -> dict:
 
 # A claims table in README.md or docs/*.md is never typed: it stands between these two lines, and is what the
 # named function of experiments/NAME_report.py renders from results/NAME.json (tests/test_rendered.py checks it).
-BLOCK = re.compile(r"(<!-- rendered by experiments/(\w+)_report\.py (\w+)\(\) from results/\2\.json -->\n)(.*?)"
-                   r"(<!-- end rendered -->)", re.S)
+# A block holds no other block's first line, so that one whose end line was lost never runs on to the next's end.
+BLOCK_START = "<!-- rendered by experiments/"
+BLOCK = re.compile(r"(<!-- rendered by experiments/(\w+)_report\.py (\w+)\(\) from results/\2\.json -->\n)"
+                   r"((?:(?!<!-- rendered by experiments/).)*?)(<!-- end rendered -->)", re.S)
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -128,7 +133,12 @@ def wrapped(text: str, width: int = 110) -> str:
 
 
 def render_blocks(text: str, only: str | None = None) -> str:
-    """The page with every rendered block (or only experiment `only`'s) made anew from its results."""
+    """The page with every rendered block (or only experiment `only`'s) made anew from its results. A block whose
+    end line is missing is refused: rendered, it would take the page's prose up to the next end line with it."""
+    if len(BLOCK.findall(text)) != text.count(BLOCK_START):
+        raise UsageError("a rendered block has lost its end line (<!-- end rendered -->), or its first line is "
+                         "damaged: nothing was rendered; mend it")
+
     def fill(m):
         if only and m.group(2) != only:
             return m.group(0)
@@ -226,29 +236,145 @@ def run_experiment(name: str, args) -> None:
     if hasattr(study, "refuse"):  # what this machine cannot run, said before any folder is made
         study.refuse(args)
     args.out_dir = args.out_dir or default_out_dir(args)
+    if args.cells or args.launcher != "local":
+        check_cells(name, study, args, preset)
+    if args.cells:  # the models still to train, as commands for a scheduler: nothing is trained or written here
+        write_cells(study.cells(args), args.cells)
+        return
     results = results_name(name, args)
     check_out_dir(results, args)
     # A second command on the same experiment and preset would race this one for its run folders: it is
     # turned away in one line, and this one goes on.
     with hold(os.path.join("runs", name, preset), holder=f"eval.py --experiment {name}"):
         if args.render:
-            with open(os.path.join(args.out_dir, f"{results}.json"), encoding="utf-8") as f:
-                data = report.decide_again(json.load(f, object_hook=int_keys))
+            data, markdown = render_again(report, os.path.join(args.out_dir, f"{results}.json"))
         else:
+            if args.launcher != "local":  # every model trained by the scheduler first; the run then reuses them
+                launch_cells(study.cells(args), args, os.path.join("runs", name, preset, "submitit"))
             data = study.run(args)
-        markdown = report.markdown(data)
+            markdown = report.markdown(data)
         if args.render:  # the recorded command stays the one that measured the numbers; this says who decided
             markdown = markdown.rstrip("\n") + (f"\n\nVerdicts decided from these numbers by `python eval.py "
                                                 f"--experiment {name} --render` (the shared rule: "
                                                 "experiments/stats.py).\n")
         write_results(results, markdown, data, report.figure(data), args.out_dir)
     if args.render and os.path.abspath(args.out_dir) == os.path.join(ROOT, "results"):
-        for page in pages():  # the tables README.md and docs/ render from the results follow them
+        render_pages(name)
+
+
+def render_pages(name: str) -> None:
+    """The tables README.md and docs/ render from experiment `name`'s results, made anew. One command at a time
+    (a flock on the repository's folder, waited for): two renders of different experiments at once each read a
+    page, and the later one's write dropped the other's tables (both wrote README.md.tmp, too)."""
+    fd = os.open(ROOT, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for page in pages():
             with open(page, encoding="utf-8") as f:
                 text = f.read()
-            if (new := render_blocks(text, only=name)) != text:
+            try:
+                new = render_blocks(text, only=name)
+            except UsageError as e:  # the results are written; the page, as it was, says what to mend
+                raise UsageError(f"{os.path.relpath(page, ROOT)}: {e}") from None
+            if new != text:
                 save_atomic(page, lambda f: f.write(new.encode()))
                 print(f"rendered its tables in {os.path.relpath(page, ROOT)}")
+    finally:
+        os.close(fd)  # and the lock with it
+
+
+def render_again(report, path: str) -> tuple[dict, str]:
+    """--render: the results at `path` decided again (report.decide_again) and written as markdown. Results
+    that are readable JSON with a command but not what this experiment's report reads (damaged, edited, another
+    experiment's) are one line, not the report's KeyError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = report.decide_again(json.load(f, object_hook=int_keys))
+        return data, report.markdown(data)
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+        raise UsageError(f"--render: {path} is damaged or not this experiment's results ({type(e).__name__}: "
+                         f"{e}); run the experiment again, or restore the file") from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scaling out: an experiment's models as commands a scheduler runs (--cells), or through submitit (--launcher)
+# ---------------------------------------------------------------------------------------------------------
+
+# A study whose run(args) trains a grid of small GPTs has cells(args): the train.py argvs run() trains, in waves
+# (a model of wave 2 may start from one of wave 1: --init). Every one of them goes through train_once, which
+# reuses a run that train.py recorded (made-by.json) for this very argv and code, so once every cell is trained
+# outside, run(args) trains nothing and gives the results it would have given alone.
+SUBMITIT_CLUSTERS = ("slurm", "local", "debug")
+
+
+def check_cells(name: str, study, args, preset: str) -> None:
+    """--cells and --launcher: the study lists its cells, the command is one that trains, the launcher is known."""
+    flag = "--cells" if args.cells else f"--launcher {args.launcher}"
+    if not hasattr(study, "cells"):
+        raise UsageError(f"{flag}: {name} does not list its models as cells (ryarn and distance do); run it "
+                         "without, --jobs N for several at once")
+    if args.render or preset == "probe":
+        raise UsageError(f"{flag}: --{'render' if args.render else 'probe'} trains nothing to share out (a probe "
+                         "measures what a step costs on one machine)")
+    if args.cells and args.launcher != "local":
+        raise UsageError("--cells writes the commands, --launcher runs them: choose one")
+    if args.launcher != "local":
+        kind, _, cluster = args.launcher.partition(":")
+        if kind != "submitit" or (cluster and cluster not in SUBMITIT_CLUSTERS):
+            raise UsageError(f"--launcher {args.launcher}: give local, submitit or submitit:CLUSTER "
+                             f"({', '.join(SUBMITIT_CLUSTERS)})")
+
+
+def cell_line(argv: list[str]) -> str:
+    """One model's command, whole: from this folder (where runs/ is), with this Python and this checkout's
+    train.py, so that a node sharing the filesystem runs the same code (made-by.json's digest matches)."""
+    return (f"cd {shlex.quote(os.getcwd())} && {shlex.quote(sys.executable)} "
+            f"{shlex.quote(os.path.join(ROOT, 'train.py'))} {shlex.join(argv)}")
+
+
+def write_cells(waves: list[list[list[str]]], folder: str) -> None:
+    """--cells DIR: DIR/wave1.txt, wave2.txt, ...: one line per model of that wave still to train (a model
+    already trained by this code is left out; a wave may be empty). Wave k + 1 starts once wave k has finished."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--cells {folder}: {e.strerror}") from None
+    counts = []
+    for k, wave in enumerate(waves, 1):
+        lines = "".join(cell_line(argv) + "\n" for argv in wave if not trained(argv))
+        save_atomic(os.path.join(folder, f"wave{k}.txt"), lambda f: f.write(lines.encode()))
+        counts.append(f"wave{k}.txt {lines.count(chr(10))} of {len(wave)} models")
+    print(f"wrote {folder}/: {'; '.join(counts)} still to train. Run every line of a wave, the waves in order; "
+          "then the same command without --cells trains nothing more and writes the results.")
+
+
+def launch_cells(waves: list[list[list[str]]], args, folder: str) -> None:
+    """--launcher submitit[:CLUSTER]: each wave's models still to train as one job array of submitit's executor
+    (SLURM where sbatch is found, else processes on this machine; "debug": one by one in this process), each
+    job its cell's command (cell_line), waited for before the next wave starts."""
+    try:
+        import submitit  # an optional extra, needed only here (CI installs it: .ci/run)
+    except ImportError:
+        raise UsageError(f"--launcher {args.launcher} needs submitit: pip install submitit") from None
+    cluster = args.launcher.partition(":")[2] or None
+    executor = submitit.AutoExecutor(folder=os.path.join(folder, "%j"), cluster=cluster)
+    executor.update_parameters(name=f"lengen-{args.experiment}", cpus_per_task=args.threads or 1,
+                               **({"gpus_per_node": 1} if args.device.startswith("cuda") else {}))
+    for k, wave in enumerate(waves, 1):
+        todo = [argv for argv in wave if not trained(argv)]
+        with executor.batch():
+            jobs = [executor.submit(submitit.helpers.CommandFunction(
+                [sys.executable, os.path.join(ROOT, "train.py"), *argv], cwd=os.getcwd(), verbose=False))
+                for argv in todo]
+        failed = []
+        for job in tqdm(jobs, desc=f"wave {k} on {executor.cluster}", disable=not jobs):
+            try:
+                job.result()
+            except Exception:  # submitit's FailedJobError (the command failed) or a job lost: its log says why
+                failed.append(job.job_id)
+        if failed:
+            raise UsageError(f"wave {k}: {len(failed)} of {len(jobs)} jobs failed (first: {failed[0]}; its log is "
+                             f"in {folder}/{failed[0]}); the finished models are kept: run the same command again")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -380,32 +506,61 @@ def stopped(finished: int, total: int) -> Interrupted:
 
 def train_once(argv: list[str]) -> dict:
     """train.run(argv) for an experiment's model, unless its --out already holds the run that this very argv
-    trained with this very code (an experiment stopped part-way and started again): then that run, untouched.
-    made-by.json, written once training has finished, says which; train.py --force into the folder drops it."""
+    trained with this very code (an experiment stopped part-way and started again, or the model trained from
+    its cell's command: --cells): then that run, untouched. made-by.json, which train.py writes once training has
+    finished, says which, and what the training took (cpu_s), so that a reused model still reports its cost: a
+    probe run again plans from it. train.py --force into the folder with another command line replaces it.
+    Returns {"run", "rows", "cpu_s"}."""
     out = argv[argv.index("--out") + 1]
-    made_by = {"argv": argv, "code": code_digest()}
+    recorded = trained(argv)
+    if recorded is not None:
+        final = os.path.join(out, "final.json")  # absent when its caller measures the run itself
+        try:
+            with open(final) as f:
+                return {"run": out, "rows": json.load(f), "cpu_s": recorded["cpu_s"]}
+        except FileNotFoundError:
+            return {"run": out, "rows": [], "cpu_s": recorded["cpu_s"]}
+        except (OSError, ValueError):  # one cut short: train
+            pass
+    result = train.run(argv)
+    with open(os.path.join(out, "made-by.json")) as f:
+        return {**result, "cpu_s": json.load(f)["cpu_s"]}
+
+
+def trained(argv: list[str]) -> dict | None:
+    """train.py's argv's made-by.json record where it has already been trained, by this code, into its --out, and
+    the record can be trusted (a finite cpu_s; with --fit-bar, a readable fit record, which its caller reads);
+    None where it must be trained (no such file, one cut short, from older code, no fit record)."""
+    out = argv[argv.index("--out") + 1]
     try:
         with open(os.path.join(out, "made-by.json")) as f:
-            reuse = json.load(f) == made_by
-        final = os.path.join(out, "final.json")  # absent when its caller measures the run itself
-        if reuse and not os.path.isfile(final):
-            return {"run": out, "rows": []}
-        if reuse:
-            with open(final) as f:
-                return {"run": out, "rows": json.load(f)}
-    except (OSError, ValueError):  # no such file, or one cut short: train
-        pass
-    result = train.run(argv)
-    save_atomic(os.path.join(out, "made-by.json"), lambda f: f.write(json.dumps(made_by).encode()))
-    return result
+            recorded = json.load(f)
+        if {k: recorded[k] for k in ("argv", "code")} != {"argv": argv, "code": code_digest()}:
+            return None
+        if not finite_number(recorded["cpu_s"]):
+            return None
+        if "--fit-bar" in argv:
+            fit = read_fit(out)
+            if not (isinstance(fit, dict) and "steps_to_fit" in fit and fit.get("checks")):
+                return None
+        return recorded
+    except (OSError, ValueError, KeyError, TypeError, UsageError):
+        return None
+
+
+def finite_number(x) -> bool:
+    """A number a record can be trusted to hold: an int or float (not a bool), finite."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def fit_of(argv: list[str]) -> dict:
     """A probe's model: train.py's argv (with --fit-bar) trained, or reused (train_once), and how it fitted: the
     step it reached the bar (None: not within --steps) and the last check, [step, accuracy]. Nothing beyond
-    the training length is measured: a probe plans which cells a run can afford, never by their results."""
-    fit = read_fit(train_once(argv)["run"])
-    return {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1]}
+    the training length is measured: a probe plans which cells a run can afford, never by their results. cpu_s:
+    what its training took, when it was trained (train_once's record, so a reused model's too)."""
+    trained = train_once(argv)
+    fit = read_fit(trained["run"])
+    return {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1], "cpu_s": trained["cpu_s"]}
 
 
 def probe(cells: list[tuple[str, str, list[str]]], args, setup: dict, bar=None) -> dict:
@@ -421,22 +576,58 @@ def probe(cells: list[tuple[str, str, list[str]]], args, setup: dict, bar=None) 
             "commands": ["python train.py " + " ".join(argv) for *_, argv in cells]}
 
 
-def probe_on_record(name: str, out_dir: str, settings: dict) -> dict | None:
+def probe_on_record(name: str, out_dir: str, settings: dict, **recorded) -> dict | None:
     """The probe beside an experiment's results (out_dir/NAME-probe.json) without its commands, which its own
     file keeps: what the default copies into its results as how it was planned. None when there is none. A
-    probe measured with other settings than `settings` (--probe's now) cannot plan this run: UsageError."""
+    record that is there but cut short or damaged (damaged_probe), or measured with other settings than
+    `settings` (--probe's now), another fit bar than FIT_BAR, or other values of `recorded` (the task options,
+    say) cannot plan this run: UsageError, never a plan made as if there were no probe, or from wrong numbers."""
     path = os.path.join(out_dir, f"{name}-probe.json")
+    again = f"run `python eval.py --experiment {name} --probe` first, or give another --out-dir"
     try:
         with open(path, encoding="utf-8") as f:
-            record = {k: v for k, v in json.load(f).items() if k != "commands"}
-    except (OSError, ValueError):
+            record = json.load(f)
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError):  # unreadable, not JSON, cut short
+        raise UsageError(f"{path} is not a readable probe record (cut short?): {again}") from None
+    if problem := damaged_probe(record):
+        raise UsageError(f"{path} is damaged ({problem}): {again}")
+    record = {k: v for k, v in record.items() if k != "commands"}
     now = json.loads(json.dumps(settings))  # as the record stores them: tuples as lists
     changed = sorted(k for k in set(now) | set(record["settings"]) if now.get(k) != record["settings"].get(k))
+    expected = json.loads(json.dumps({"fit_bar": FIT_BAR, **recorded}))
+    changed += [k for k, v in expected.items() if record.get(k) != v]
     if changed:
         raise UsageError(f"{path} was measured with other settings than --probe's now ({', '.join(changed)}): "
-                         f"run `python eval.py --experiment {name} --probe` first, or give another --out-dir")
+                         + again)
     return record
+
+
+def damaged_probe(record) -> str | None:
+    """What makes a probe's record unfit to plan from, or None: a key missing, a count or time that is not a
+    finite number, a fit whose steps to fit are neither None nor a positive whole number (NaN would count as
+    fitted), or whose last check is not [step, accuracy]."""
+    if not isinstance(record, dict):
+        return "not a probe's record"
+    missing = [k for k in ("command", "settings", "runtime", "fits", "steps_trained", "fit_bar") if k not in record]
+    if missing:
+        return f"no '{missing[0]}'"
+    if not (isinstance(record["settings"], dict) and isinstance(record["runtime"], dict)
+            and finite_number(record["runtime"].get("cpu_s")) and finite_number(record["steps_trained"])
+            and record["steps_trained"] > 0 and finite_number(record["fit_bar"])):
+        return "its settings, runtime, steps_trained or fit_bar"
+    if not isinstance(record["fits"], dict) or not all(isinstance(c, dict) for c in record["fits"].values()):
+        return "its fits are not a table"
+    for column, rows in record["fits"].items():
+        for row, fit in rows.items():
+            steps = fit.get("steps_to_fit", "missing") if isinstance(fit, dict) else "missing"
+            last = fit.get("last") if isinstance(fit, dict) else None
+            if not (steps is None or (isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1)) \
+                    or not (isinstance(last, list) and len(last) == 2 and all(map(finite_number, last))) \
+                    or not finite_number(fit.get("cpu_s", 0)):
+                return f"the fit of {column}, {row}"
+    return None
 
 
 def fitted(fit: dict) -> bool:
@@ -445,7 +636,12 @@ def fitted(fit: dict) -> bool:
 
 
 def cpu_per_step(probe: dict) -> float:
-    """A probe's measured CPU seconds per training step, its workers included: what a plan multiplies."""
+    """A probe's measured CPU seconds per training step: what a plan multiplies. Its models' own training time
+    (fit_of's cpu_s), which a probe run again or resumed keeps for the models it reuses; this invocation's CPU
+    time over every model's steps would be ~0 there. A record from before models kept their time: its runtime."""
+    fits = [fit for column in probe["fits"].values() for fit in column.values()]
+    if all("cpu_s" in fit for fit in fits):
+        return sum(fit["cpu_s"] for fit in fits) / probe["steps_trained"]
     return probe["runtime"]["cpu_s"] / probe["steps_trained"]
 
 
@@ -470,16 +666,6 @@ def probe_table(fits: dict[str, dict[str, dict]], rows: list[str], first: str) -
     out += [f"| {row} | " + " | ".join(probe_cell(fits[c][row]) for c in columns) + " |" for row in rows]
     counts = {c: sum(fitted(fits[c][row]) for row in rows) for c in columns}
     return out + ["", "Fitted: " + "; ".join(f"{c} {n} of {len(rows)}" for c, n in counts.items()) + "."]
-
-
-def code_digest() -> str:
-    """sha256 of the code a small GPT's training runs: a run trained by older code is trained again."""
-    digest = hashlib.sha256()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for name in ("lengen.py", "tasks.py", "train.py", "eval.py", "runs.py"):
-        with open(os.path.join(root, name), "rb") as f:
-            digest.update(f.read())
-    return digest.hexdigest()
 
 
 def usable_jobs(jobs: int, items: int, threads: int = 1) -> int:

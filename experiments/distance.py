@@ -117,14 +117,14 @@ def distance_curve(setup: dict, preset: str, args, task: str, encoding: str, see
     argv = model_argv(setup, preset, args, task, encoding, seed, delays, selective, size)
     out, name = argv[argv.index("--out") + 1], os.path.basename(argv[argv.index("--out") + 1])
     start = time.perf_counter()
-    train_once(argv)
+    cpu_s = train_once(argv)["cpu_s"]
     model, cfg = load_run(out, args.device)
     measured = "selective_copy" if task == "selective_copy" else "delay_copy"
     cfg = dataclasses.replace(cfg, task=measured,
                               task_options={"symbols": setup["symbols"], "m": setup["m"], "delays": delays})
     rows, _ = evaluate_table(model, cfg, delays=range(setup["top"] + 1), samples=setup["samples"], device=args.device)
     print(f"  {name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
-    return {"rows": rows, "steps_to_fit": read_fit(out)["steps_to_fit"]}
+    return {"rows": rows, "steps_to_fit": read_fit(out)["steps_to_fit"], "cpu_s": cpu_s}
 
 
 def curve_worker(job) -> dict:
@@ -384,6 +384,14 @@ def run_probe(args, setup: dict) -> dict:
     return probe(cells, args, setup)
 
 
+def cells(args) -> list[list[list[str]]]:
+    """The models run() trains, as train.py argvs: one wave (none starts from another). What --cells and
+    --launcher hand a scheduler."""
+    preset = preset_name(args)
+    setup = PRESETS[preset]
+    return [[model_argv(setup, preset, args, *key) for key in dict.fromkeys(planned_models(setup))]]
+
+
 def run(args) -> dict:
     """Train and measure every model of the preset, decide the claims, and return what results/distance.json
     keeps (the probe's record for --probe)."""
@@ -406,6 +414,9 @@ def run(args) -> dict:
                f"{os.getloadavg()[0]:.1f} at the end)")
     data = {"command": command_line(args), "scale": preset, "settings": setup, "runtime_s": time.perf_counter() - start,
             "runtime": runtime(since, args), "machine": machine,  # runtime: CPU time too, workers included
+            # each model's own training time (train_once): runtime is this invocation's, ~0 for a model an
+            # earlier, stopped invocation of the same command trained
+            "training_cpu_s": round(sum(r["cpu_s"] for r in trained.values()), 1),
             "transfer_margin": TRANSFER_MARGIN, "alibi_slope_heads": ALIBI_SLOPE_HEADS, **measured}
     if on_record:
         data["probe"] = on_record

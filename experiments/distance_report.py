@@ -54,7 +54,10 @@ def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
     width, layers, heads = setup["width"], setup["layers"], setup["heads"]
     md = ["# Distance generalization (Paper D, arXiv 2609.11913)\n",
           f"`{data['command']}` took {data['runtime_s'] / 60:.1f} minutes on {machine}, {jobs} model(s) at a time, "
-          f"{threads} torch thread(s) each. Every number below "
+          f"{threads} torch thread(s) each"
+          + (f"; its models' own training took {data['training_cpu_s'] / 60:.1f} CPU-min, a model reused from an "
+             "earlier invocation of this command included" if "training_cpu_s" in data else "")
+          + ". Every number below "
           "comes from that run; per-delay curves of every seed are in `distance.json`.\n",
           "Paper D asks whether a positional encoding helps a transformer copy tokens across delays it never saw "
           "in training, at a fixed context length. A delay copy episode (task C) is m source tokens, a control "

@@ -35,7 +35,7 @@ from eval import evaluate, load_run
 from experiments.common import (ALIBI_SLOPE_HEADS, beyond, command_line, cpu_per_step, cpu_seconds, fitted, map_jobs,
                                 preset_name, probe, probe_on_record, runtime, train_once)
 from experiments.stats import FIT_BAR, THRESHOLD, all_of, caption, decide
-from runs import read_fit
+from runs import UsageError, read_fit
 
 # ---------------------------------------------------------------------------------------------------------
 # The setup
@@ -94,12 +94,17 @@ def planned(setup: dict, probe: dict | None) -> list[tuple[str, str, str]]:
     cells whose probe model fitted within the probe's cap and that some comparison of the claims table can use
     (the other cell of it fitted too): a cell that did not fit is not run (the results show how far its probe
     got), nor one whose every partner did not, so no seed is spent on a model the budget cannot fit or no claim
-    can read. Without a probe, every cell."""
+    can read. Without a probe, every cell; a probe that lacks a cell cannot plan it: UsageError (planning it as
+    fitted, or as not, would be a guess the results do not show)."""
     cells = [(t, e, p) for t in setup["tasks"] for e, p in variants(setup)]
     if probe is None:
         return cells
     fits = probe["fits"]
-    fit = {(t, label(e, p)) for t, e, p in cells if t not in fits or fitted(fits[t][label(e, p)])}
+    lacking = [(t, label(e, p)) for t, e, p in cells if label(e, p) not in fits.get(t, {})]
+    if lacking:
+        raise UsageError(f"the probe on record has no {lacking[0][1]} model for {lacking[0][0]}, which the default "
+                         "trains: run `python eval.py --experiment encodings --probe` first")
+    fit = {(t, label(e, p)) for t, e, p in cells if fitted(fits[t][label(e, p)])}
     randomized = [e for e, p in variants(setup) if p == "randomized"]
     used = {(t, row) for triples in comparisons(setup["tasks"], randomized).values() for t, b, w in triples
             if (t, b) in fit and (t, w) in fit for row in (b, w)}
@@ -140,13 +145,15 @@ def train_and_measure(job: tuple) -> dict:
     draws them from one fixed seed)."""
     task, encoding, positions, seed, setup, root, device = job
     argv = model_argv(task, encoding, positions, seed, setup, root, device)
-    out = train_once(argv)["run"]
+    trained = train_once(argv)
+    out = trained["run"]
     model, cfg = load_run(out, device)
     fit = read_fit(out)
     accuracy = [evaluate(model, task, m * setup["L"], cfg.task_options, setup["samples"], device=device,
                          positions=positions, max_position=cfg.max_position,
                          score_from=setup["L"] if m > 1 else 0)["accuracy"] for m in MULTIPLES]
-    return {"accuracy": accuracy, "steps_to_fit": fit["steps_to_fit"], "steps": fit["checks"][-1][0]}
+    return {"accuracy": accuracy, "steps_to_fit": fit["steps_to_fit"], "steps": fit["checks"][-1][0],
+            "cpu_s": trained["cpu_s"]}
 
 
 def chance(task: str) -> float:
@@ -271,7 +278,8 @@ def run(args) -> dict:
         return run_probe(args, setup)
     root = os.path.join("runs", "encodings", preset)
     since = (time.perf_counter(), cpu_seconds())
-    on_record = probe_on_record("encodings", args.out_dir, PRESETS["probe"]) if preset == "default" else None
+    on_record = probe_on_record("encodings", args.out_dir, PRESETS["probe"], task_options=TASK_OPTIONS) \
+        if preset == "default" else None
     jobs = [(t, e, p, seed, setup, root, args.device) for t, e, p in planned(setup, on_record)
             for seed in setup["seeds"]]
     if on_record:  # said before the run spends it
@@ -287,6 +295,9 @@ def run(args) -> dict:
         steps[t][label(e, p)].append(result["steps_to_fit"])
     data = {"command": command_line(args), "runtime": runtime(since, args), "scale": preset, "settings": setup,
             "fit_bar": FIT_BAR, "models": len(jobs), "steps_trained": sum(r["steps"] for r in results),
+            # what training the models took, each its own (train_once): runtime is this invocation's, ~0 for a
+            # model an earlier, stopped invocation of the same command trained
+            "training_cpu_s": round(sum(r["cpu_s"] for r in results), 1),
             "lengths": [m * setup["L"] for m in MULTIPLES], "threshold": THRESHOLD,
             "chance": {t: chance(t) for t in setup["tasks"]}, "scored_from_L": True,
             "alibi_slope_heads": ALIBI_SLOPE_HEADS, "accuracy": accuracy,

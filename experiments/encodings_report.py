@@ -98,6 +98,16 @@ def choice(data: dict) -> list[str]:
                if any(unused.values()) else ""), ""]
 
 
+def training_time(data: dict) -> str:
+    """What the models' training took, each its own: a model reused from an earlier invocation of the same
+    command (one stopped part-way and run again) is not in this invocation's times. '' for results that
+    predate the record."""
+    if "training_cpu_s" not in data:
+        return ""
+    return (f" The models' own training took {data['training_cpu_s'] / 60:.1f} CPU-min, a model reused from an "
+            "earlier invocation of this command included (the times above are this invocation's alone).")
+
+
 def markdown(data: dict) -> str:
     """results/encodings.md, or for a probe's data (its "fits") results/encodings-probe.md."""
     if "fits" in data:
@@ -108,7 +118,7 @@ def markdown(data: dict) -> str:
            f"`{data['command']}`: {rt['wall_s'] / 60:.1f} min wall, {rt['cpu_s'] / 60:.1f} min CPU (all "
            f"processes), {rt['jobs']} job(s) of {rt['threads']} thread(s), {rt['cores']} cores; {data['models']} "
            f"models, {data['steps_trained']:,} training steps in all (training every model to the cap would take "
-           f"{data['models'] * setup['cap']:,}).", "",
+           f"{data['models'] * setup['cap']:,})." + training_time(data), "",
            f"Every model: {setup.get('layers', 2)} layers, 2 heads, dim 64, batches of 32 sequences at lengths "
            f"{L // 2}..{L}, AdamW 1e-3 "
            f"with cosine decay over a cap of {setup['cap']} steps, stopped as soon as it **fits**: accuracy >= "

@@ -463,7 +463,7 @@ def run(args) -> dict:
     on_record = probe_on_record("ryarn", args.out_dir, PRESETS["probe"]) if preset == "default" else None
     root = os.path.join("runs", "ryarn", preset)
     since = (time.perf_counter(), cpu_seconds())
-    base_jobs = {b: base_argv(setup, root, b, args) for b in setup["bases"]}
+    base_jobs = dict(zip(setup["bases"], cells(args)[0]))
     tune_jobs = fine_tune_jobs(setup, root, args)
     with tqdm(total=len(base_jobs) * (1 + len(TARGETS)) + len(tune_jobs), desc="ryarn") as bar:
         map_jobs(train_base, list(base_jobs.values()), args.jobs, args.threads or 1, bar)
@@ -488,6 +488,15 @@ def run(args) -> dict:
         data["probe"] = on_record
     data["runtime"] = runtime(since, args)
     return data
+
+
+def cells(args) -> list[list[list[str]]]:
+    """The models run() trains, as train.py argvs in two waves: the bases, then every fine-tune (each starts
+    from its base: --init). What --cells and --launcher hand a scheduler."""
+    setup = PRESETS[preset_name(args)]
+    root = os.path.join("runs", "ryarn", preset_name(args))
+    return [[base_argv(setup, root, b, args) for b in setup["bases"]],
+            [job[0] for job in fine_tune_jobs(setup, root, args).values()]]
 
 
 def train_base(argv: list[str]) -> str:

@@ -108,7 +108,16 @@ CASES = [
     ("eval", ["--experiment", "retrieval", "--probe"], "--probe: retrieval has no probe"),
     ("eval", ["--experiment", "encodings", "--probe", "--quick"], "choose one of --quick and --probe"),
     ("eval", ["--experiment", "encodings", "--probe", "--render"], "a probe has none"),
+    # --cells and --launcher (#52): only a study that lists its models; never a probe; one of the two; a launcher
+    # this runner knows
+    ("eval", ["--experiment", "retrieval", "--quick", "--cells", "{tmp}/cells"], "does not list its models as cells"),
+    ("eval", ["--experiment", "ryarn", "--probe", "--cells", "{tmp}/cells"], "--probe trains nothing to share out"),
+    ("eval", ["--experiment", "ryarn", "--quick", "--cells", "{tmp}/c", "--launcher", "submitit"], "choose one"),
+    ("eval", ["--experiment", "ryarn", "--quick", "--launcher", "slurm"], "give local, submitit or submitit:"),
+    ("eval", ["--experiment", "ryarn", "--quick", "--launcher", "submitit:lsf"], "give local, submitit or submitit:"),
+    ("eval", ["{runs}/run", "--cells", "{tmp}/cells"], "--cells is for --experiment"),
     ("eval", ["--bench", "--jobs", "2"], "--bench measures what --jobs does"),
+    ("eval", ["--experiment", "gpu", "--render"], "--render: gpu makes no claims to decide again"),  # #53 item 4
     # flags the command would drop without a word (#35 item 21)
     ("eval", ["{runs}/run", "--experiment", "ryarn"], "--experiment runs with its own settings: leave out RUN"),
     ("eval", ["--experiment", "ryarn", "--lengths", "64"], "leave out --lengths"),
@@ -389,6 +398,25 @@ def test_jobs_are_capped_at_what_the_machine_can_run(monkeypatch, capsys):
     assert "running 1 at once" in capsys.readouterr().err
 
 
+def test_jobs_are_capped_at_free_memory_read_in_its_unit(monkeypatch, capsys):
+    """Issue 53: /proc/meminfo gives MemAvailable in kB; a worker takes 1 GiB of it. Faked at 3 GiB on 64 cores:
+    3 workers. Bugs caught: the figure read as bytes (0 GiB: always 1 worker) or as MiB (3,072: no cap)."""
+    import io
+    from experiments import common
+    real_open = open
+
+    def fake_open(path, *args, **kwargs):
+        if path == "/proc/meminfo":
+            return io.StringIO(f"MemTotal:       {64 * 2 ** 20} kB\nMemFree:          123 kB\n"
+                               f"MemAvailable:    {3 * 2 ** 20 + 512} kB\n")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(common, "open", fake_open, raising=False)
+    assert common.usable_jobs(16, 100) == 3
+    assert "running 3 at once (64 CPU cores, 3 GiB free)" in capsys.readouterr().err
+
+
 def test_a_worker_that_dies_is_one_line(capsys):
     """Bug caught (#24 item 9): a --jobs worker killed outright gave a 40-line BrokenProcessPool traceback."""
     from experiments import common
@@ -424,7 +452,22 @@ def test_an_experiment_reuses_a_run_only_when_this_argv_and_code_made_it(tmp_pat
     monkeypatch.undo()
     common.train_once(argv)
     assert main("train", [*TINY, "--steps", "4", "--out", out, "--force"]) == 0
-    assert not os.path.exists(os.path.join(out, "made-by.json"))  # --force replaced the run: not reusable
+    assert not common.trained(argv)  # --force with another command line replaced the run: not reusable
+
+
+def test_a_model_trained_from_its_recorded_command_is_reused_by_the_experiment(tmp_path):
+    """#52: the commands results/NAME.json lists (python train.py ARGV) record made-by.json as the experiment's
+    own run does, so a model trained from one, by hand or on a cluster's node, is not trained again by the run
+    that collects it. Bug caught: only train_once wrote made-by.json, so every such model was retrained."""
+    from experiments import common
+    out = str(tmp_path / "run")
+    argv = [*TINY, "--steps", "3", "--out", out, "--force", "--quiet"]
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *argv], cwd=ROOT)
+    assert done.returncode == 0
+    stamp = os.stat(os.path.join(out, "checkpoint.pt")).st_mtime_ns
+    assert common.trained(argv)
+    common.train_once(argv)
+    assert os.stat(os.path.join(out, "checkpoint.pt")).st_mtime_ns == stamp  # reused, not trained again
 
 
 def test_sigterm_stops_an_experiment_with_jobs_promptly_and_keeps_finished_runs(tmp_path):

@@ -148,6 +148,10 @@ BAD_TRAIN = [
     (["--scaling", "yarn", "--factor", "2", "--rope-base", "1"], "base must be > 1"),
     (["--encoding", "sinusoidal", "--dim", "31", "--heads", "1"], "must be even"),
     (["--method", "ft"], "is for --llm runs"),
+    # issue 53, item 17: no bound, and the model was built for ever (minutes, then out of memory)
+    (["--layers", "1000000"], "GiB; this machine has"),
+    (["--dim", "64", "--layers", "2", "--encoding", "alibi", "--alibi-slope-heads", "100000000"],
+     "at most 128 (64 x --heads)"),
 ]
 
 
@@ -181,7 +185,14 @@ def test_bad_eval_input_exits_2(trained_run, tmp_path, capfd):
     corrupt.mkdir()
     (corrupt / "config.json").write_text(open(os.path.join(trained_run, "config.json")).read())
     (corrupt / "checkpoint.pt").write_bytes(b"\x80\x04 not a checkpoint")
+    wider = tmp_path / "wider"  # its config.json edited by hand: the weights are for dim 32
+    wider.mkdir()
+    (wider / "checkpoint.pt").write_bytes(open(os.path.join(trained_run, "checkpoint.pt"), "rb").read())
+    (wider / "config.json").write_text(json.dumps({**json.load(open(os.path.join(trained_run, "config.json"))),
+                                                   "dim": 64}))
     cases = [
+        # issue 53, item 27: torch's first line, "Error(s) in loading state_dict for GPT:", said nothing
+        ((str(wider),), "tok.weight is (17, 32) in the weights, (17, 64) in the model"),
         ((str(tmp_path / "missing"),), "not a run directory"),
         ((str(corrupt),), "corrupt"),
         ((trained_run, "--lengths", "32,128"), "beyond the learned position table"),
@@ -196,6 +207,17 @@ def test_bad_eval_input_exits_2(trained_run, tmp_path, capfd):
         (("--llm", missing_llm, "--scaling", "pi"), "--scaling pi"),
         (("--llm", missing_llm, "--factor", "2"), "--factor needs --scaling yarn"),
         (("--llm", missing_llm, "--original-len", "100"), "--original-len"),
+        # issue 53, item 24: accepted, then ignored
+        (("--llm", missing_llm, "--plot", str(tmp_path / "llm.png")), "--plot draws a small-GPT run's table"),
+        (("--llm", missing_llm, "--delays", "0:4"), "--delays is for a small GPT's delay tasks"),
+        (("--llm", missing_llm, "--depths", "0,1.5"), "depths lie in [0, 1]"),
+        (("--llm", missing_llm, "--depths", "a"), "comma-separated list of depths"),
+        (("--llm", missing_llm, "--depths", "0,0.5,0"), "each depth once"),
+        (("--llm", missing_llm, "--threshold", "1"), "--threshold must lie in [0, 1)"),
+        (("--llm", missing_llm, "--task", "mrcr", "--depths", "0.5"), "mrcr hides nothing at a depth"),
+        ((trained_run, "--depths", "0.5"), "small-GPT task hides nothing"),
+        ((trained_run, "--threshold", "0.5"), "sets an LLM's effective length"),
+        (("--experiment", "retrieval", "--depths", "0.5"), "leave out --depths"),
     ]
     for args, message in cases:
         code, err = in_process("eval", args, capfd)
@@ -217,3 +239,47 @@ def test_eval_of_an_unfinished_run_says_where_it_stands(tmp_path, capsys):
         json.dump({"bar": 0.5, "every": 10, "checks": [[20, 0.6]], "steps_to_fit": 20}, f)
     assert lengen_eval.main([run, "--lengths", "16", "--samples", "8", "--threads", "1"]) == 0
     assert "unfinished" not in capsys.readouterr().out
+
+
+def test_plot_is_written_in_the_format_its_name_says(trained_run, tmp_path):
+    """Issue 53, item 14: --plot x.pdf and x.svg held PNG bytes under those names (a viewer refuses them)."""
+    pytest.importorskip("matplotlib")
+    import eval as lengen_eval
+    magic = {"png": b"\x89PNG", "pdf": b"%PDF", "svg": b"<?xml"}
+    for ending, start in magic.items():
+        path = tmp_path / f"accuracy.{ending}"
+        assert lengen_eval.main([trained_run, "--lengths", "16", "--samples", "4", "--threads", "1",
+                                 "--plot", str(path)]) == 0
+        assert path.read_bytes().startswith(start), ending
+
+
+def test_a_fitted_run_without_its_fit_json_is_not_called_unfinished(tmp_path, capsys):
+    """Issue 53, item 29: a run that stopped at its --fit-bar before --steps was called "unfinished" once its
+    fit.json was gone; the checkpoint holds the same fit record."""
+    import eval as lengen_eval
+    run = str(tmp_path / "r")
+    train.run(TINY + ["--steps", "400", "--fit-bar", "0.5", "--fit-every", "10", "--eval-samples", "0",
+                      "--out", run])
+    step = torch.load(os.path.join(run, "checkpoint.pt"), weights_only=False)["step"]
+    assert step < 400  # it fitted, and stopped
+    os.remove(os.path.join(run, "fit.json"))
+    assert lengen_eval.main([run, "--lengths", "16", "--samples", "8", "--threads", "1"]) == 0
+    assert "unfinished" not in capsys.readouterr().out
+
+
+def test_dynamic_yarn_reads_a_run_as_trained_inside_its_context(tmp_path, capfd):
+    """Bug caught (planted and watched failing): dynamic YaRN with a fixed factor (1: it never stretches; s: it
+    stretches inside the context too). Inside L = 16 (the run's training length) it reads the run as trained,
+    and at 64 = 4 L it is YaRN x4 exactly; train.py takes it as a scaling like the others."""
+    run = train.run(TINY + ["--steps", "150", "--out", str(tmp_path / "r")])["run"]
+
+    def rows(*extra):
+        out = tmp_path / "e.json"
+        code, err = in_process("eval", [run, "--lengths", "16,64", "--samples", "64", "--json", out, *extra], capfd)
+        assert code == 0, err
+        return [{k: r[k] for k in ("accuracy", "low", "high")} for r in json.loads(out.read_text())["rows"]]
+    plain, dynamic = rows(), rows("--scaling", "dynamic_yarn")
+    static = rows("--scaling", "yarn", "--factor", "4", "--original-len", "16")
+    assert dynamic[0] == plain[0] and dynamic[1] == static[1] and static[1] != plain[1]
+    trained = train.run(TINY + ["--steps", "2", "--scaling", "dynamic_yarn", "--out", str(tmp_path / "d")])
+    assert json.loads(open(os.path.join(trained["run"], "config.json")).read())["scaling"] == "dynamic_yarn"

@@ -4,6 +4,7 @@ Their whole forward is checked against the formulas in test_positions.py (by_han
 here: T5's bucket rule on its worked numbers, FIRE's slabs, shift invariance where the formula promises it
 (and its absence where FIRE's normalisation breaks it by design), and evaluation at 16K tokens in bounded memory.
 """
+import math
 import os
 import subprocess
 import sys
@@ -184,3 +185,26 @@ def test_kerple_rates_are_held_at_their_floor_after_each_step_and_keep_learning(
     optimizer.zero_grad()
     (-pos.bias(ids, ids).sum()).backward()
     assert float(pos.r1.grad[0]) != 0  # at the floor, still learning
+
+
+def test_kerple_score_mod_clamps_both_rates_at_their_floor_without_compiling():
+    """Issue 53: the score_mod's clamps, checked eagerly (tests/test_flex.py compiles it, and is skipped where
+    flex attention does not compile). Rates under the floor (r1 negative, r2 near 0) act as 0.01, as bias() has
+    them. Bug caught: a score_mod that clamps r2 alone (a negative r1 would reward distant keys)."""
+    pos = L.KerpleLog(heads=2)
+    with torch.no_grad():
+        pos.r1.copy_(torch.tensor([-0.5, 1.5]))
+        pos.r2.copy_(torch.tensor([0.7, 1e-4]))
+    ids = torch.tensor([[0, 2, 3, 7, 12]])
+    score_mod = pos.score_mod(ids)
+    with torch.no_grad():
+        bias = pos.bias(ids, ids)[0]  # (H, T, T)
+        for h in range(2):
+            for i in range(5):
+                for j in range(i + 1):
+                    got = score_mod(torch.tensor(0.0), torch.tensor(0), torch.tensor(h), torch.tensor(i),
+                                    torch.tensor(j))
+                    assert float(got) == pytest.approx(float(bias[h, i, j]), abs=1e-6), (h, i, j)
+    d = float(ids[0, 4] - ids[0, 0])
+    assert float(bias[0, 4, 0]) == pytest.approx(-0.01 * math.log1p(0.7 * d), abs=1e-6)   # r1 at its floor
+    assert float(bias[1, 4, 0]) == pytest.approx(-1.5 * math.log1p(0.01 * d), abs=1e-6)   # r2 at its floor

@@ -162,8 +162,10 @@ def test_probe_records_each_cells_fit_and_measures_nothing_beyond_L(tmp_path, mo
     assert list(data["fits"]) == ["latest_recall"] and list(data["fits"]["latest_recall"]) == labels
     for (e, p), label in zip(exp.variants(QUICK), labels):
         fit = runs.read_fit(str(tmp_path / "runs" / "encodings" / "probe" / "latest_recall" / f"{e}-{p}-s0"))
-        assert data["fits"]["latest_recall"][label] == {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1]}
-        assert fit["checks"][-1][0] <= 20
+        recorded = data["fits"]["latest_recall"][label]
+        assert {k: recorded[k] for k in ("steps_to_fit", "last")} == {"steps_to_fit": fit["steps_to_fit"],
+                                                                      "last": fit["checks"][-1]}
+        assert fit["checks"][-1][0] <= 20 and recorded["cpu_s"] > 0
     assert all("--statements 3" in c and "--layers 2" in c for c in data["commands"])
     assert sum("--alibi-slope-heads 8" in c for c in data["commands"]) == 2  # alibi, alibi + rand
     assert data["steps_trained"] == sum(f["last"][0] for f in data["fits"]["latest_recall"].values())
@@ -172,6 +174,12 @@ def test_probe_records_each_cells_fit_and_measures_nothing_beyond_L(tmp_path, mo
     assert all(f"| {label} | " in markdown for label in labels)
     assert report.markdown(data) == markdown and report.figure(data) is None  # a probe's data, told by its "fits"
     assert not (tmp_path / "out" / "encodings.json").exists()  # a probe never replaces the grid's results
+    # issue 53, item 10: run again, every model is reused; the cost per step it plans with is still its models'
+    # own (each model's training time, kept in its made-by.json), not this invocation's ~0 CPU-s over their steps
+    assert eval.main(["--experiment", "encodings", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
+    again = json.loads((tmp_path / "out" / "encodings-probe.json").read_text())
+    assert again["runtime"]["cpu_s"] < data["runtime"]["cpu_s"] / 3  # nothing trained this time
+    assert common.cpu_per_step(again) == common.cpu_per_step(data) > 0
 
 
 def test_the_default_grid_shows_the_probe_that_planned_it(tmp_path, monkeypatch, capsys):
@@ -194,6 +202,12 @@ def test_the_default_grid_shows_the_probe_that_planned_it(tmp_path, monkeypatch,
     assert all(f"| {label} | {common.probe_cell(fit)} |" in markdown for label, fit in fits.items())
     assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "other"]) == 0
     assert "**How this design was chosen**: no probe on record" in (tmp_path / "other" / "encodings.md").read_text()
+    # issue 53, item 10: the same command again reuses every model; what their training took is still said
+    assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "again"]) == 0
+    other, again = (json.loads((tmp_path / d / "encodings.json").read_text()) for d in ("other", "again"))
+    assert again["training_cpu_s"] == other["training_cpu_s"] > 0
+    markdown = (tmp_path / "again" / "encodings.md").read_text()
+    assert f"own training took {other['training_cpu_s'] / 60:.1f} CPU-min" in markdown
     before = (tmp_path / "out" / "encodings.json").read_bytes()
     monkeypatch.setitem(exp.PRESETS, "probe", {**exp.PRESETS["probe"], "layers": 4})
     capsys.readouterr()
@@ -233,7 +247,7 @@ def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypat
     fits = {"reverse": fit, "shift": fit}  # shift: probed, not planned
     probe = {"command": "python eval.py --experiment encodings --probe", "settings": exp.PRESETS["probe"],
              "runtime": {"wall_s": 6.0, "cpu_s": 6.0, "jobs": 1, "threads": 1}, "fits": fits, "models": len(fits),
-             "steps_trained": 300, "commands": []}
+             "steps_trained": 300, "fit_bar": stats.FIT_BAR, "task_options": exp.TASK_OPTIONS, "commands": []}
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "encodings-probe.json").write_text(json.dumps(probe))
     assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "out"]) == 0
@@ -252,3 +266,74 @@ def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypat
     assert "every task the probe measured at 5 seeds would be 4 cells, 0 CPU-min." in markdown
     assert exp.predicted_cpu_s(probe, [("reverse", "rope"), ("reverse", "rope + rand")], 2) == pytest.approx(0.8)
     assert data["claims"]["xPos beats RoPE"]["verdict"] == stats.UNFIT  # xPos was not run
+
+
+def damage(probe: dict, kind: str) -> str:
+    """A probe's record (test_the_default_trains_only_the_cells_its_probe_saw_fit's) as a file, damaged."""
+    probe = json.loads(json.dumps(probe))
+    if kind == "cut short":
+        return json.dumps(probe)[:200]
+    if kind == "a list":
+        return "[1, 2]"
+    if kind == "no settings":
+        del probe["settings"]
+    if kind == "NaN steps to fit":
+        probe["fits"]["reverse"]["rope"]["steps_to_fit"] = float("nan")
+    if kind == "another fit bar":
+        probe["fit_bar"] = 0.8
+    if kind == "other task options":
+        probe["task_options"] = {"latest_recall": {"statements": 2}}
+    if kind == "a task missing":
+        del probe["fits"]["reverse"]
+    return json.dumps(probe)
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("cut short", "is not a readable probe record (cut short?)"),
+    ("a list", "is damaged (not a probe's record)"),
+    ("no settings", "is damaged (no 'settings')"),
+    ("NaN steps to fit", "is damaged (the fit of reverse, rope)"),
+    ("another fit bar", "other settings than --probe's now (fit_bar)"),
+    ("other task options", "other settings than --probe's now (task_options)"),
+    ("a task missing", "the probe on record has no nope model for reverse"),
+])
+def test_a_probe_record_that_cannot_plan_the_default_is_refused(tmp_path, monkeypatch, capsys, kind, message):
+    """Issue 53, items 11 and 18-23: a probe's record is checked before the default plans from it. Bugs caught:
+    a record cut short taken as no probe (the default trained every cell without a word), a damaged one a
+    traceback, NaN steps to fit counted as fitted, a probe measured at another fit bar or with other task
+    options accepted, and (planted: the plan's old `t not in fits or fitted(...)`) a task the probe lacks
+    planned as if every cell of it fitted."""
+    monkeypatch.chdir(tmp_path)
+    setup = {**QUICK, "tasks": ("reverse",), "seeds": (0, 1)}
+    monkeypatch.setitem(exp.PRESETS, "default", setup)
+    monkeypatch.setitem(exp.PRESETS, "probe", {**setup, "cap": 20})
+    fit = {row: {"steps_to_fit": 10, "last": [10, 0.95]} for row in exp.rows(setup)}
+    probe = {"command": "python eval.py --experiment encodings --probe", "settings": exp.PRESETS["probe"],
+             "runtime": {"wall_s": 6.0, "cpu_s": 6.0, "jobs": 1, "threads": 1}, "fits": {"reverse": fit},
+             "models": len(fit), "steps_trained": 300, "fit_bar": stats.FIT_BAR, "task_options": exp.TASK_OPTIONS}
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "encodings-probe.json").write_text(damage(probe, kind))
+    monkeypatch.setattr(exp, "train_once", lambda argv: (_ for _ in ()).throw(AssertionError("trained")))
+    capsys.readouterr()
+    assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "out"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and message in error, error
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["encodings-probe.json"]
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbled", "not a fit record"])
+def test_a_reused_probe_model_without_a_readable_fit_record_is_trained_again(tmp_path, damage):
+    """Issue 53, item 26: a probe's model whose made-by.json says it can be reused, but whose fit.json is gone
+    or garbled, was refused with "was it trained with --fit-bar?" (it was), or a KeyError traceback; train_once
+    now reuses a --fit-bar run only with its fit record, and trains it again otherwise."""
+    from test_cli import TINY
+    out = tmp_path / "run"
+    argv = [*TINY, "--steps", "20", "--fit-bar", "0.99", "--fit-every", "10", "--eval-samples", "0",
+            "--out", str(out), "--force"]
+    first = common.fit_of(argv)
+    if damage == "missing":
+        (out / "fit.json").unlink()
+    else:
+        (out / "fit.json").write_text('{"bar": 0.9, "che' if damage == "garbled" else "{}")
+    assert common.fit_of(argv) == {**first, "cpu_s": common.fit_of(argv)["cpu_s"]}
+    assert runs.read_fit(str(out))["checks"][-1] == first["last"]

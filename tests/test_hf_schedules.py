@@ -68,6 +68,22 @@ def test_dynamic_ntk_equals_hf_dynamic(dim, base, context, length):
 
 
 @pytest.mark.parametrize("dim, base, context", GEOMETRIES)
+@pytest.mark.parametrize("length", ["half", "at", "one past", "3.5x", "16x"])
+def test_dynamic_yarn_equals_hf_yarn_at_the_current_stretch(dim, base, context, length):
+    """Bug caught: dynamic YaRN stretching inside the original context, or by a fixed factor at every length.
+
+    Hugging Face has no dynamic YaRN (transformers 5.x: linear, dynamic NTK, yarn, longrope, llama3); at length
+    n it must equal Hugging Face's YaRN with factor max(1, n / L), the original context L setting its ramp."""
+    n = {"half": context // 2, "at": context, "one past": context + 1, "3.5x": 7 * context // 2,
+         "16x": 16 * context}[length]
+    ours, scale = L.dynamic_yarn_frequencies(dim, base, 1.0, context, n)
+    stretch = max(1.0, n / context)
+    theirs, their_scale = hf_frequencies(hf_config(dim, base, context, rope_type="yarn", factor=stretch,
+                                                   original_max_position_embeddings=context))
+    assert torch.allclose(ours, theirs, rtol=1e-6) and scale == pytest.approx(their_scale, rel=1e-6)
+
+
+@pytest.mark.parametrize("dim, base, context", GEOMETRIES)
 def test_ntk_equals_hf_dynamic_at_the_same_stretch(dim, base, context):
     """Bug caught: NTK-aware scaling with the wrong exponent (base * s instead of base * s^(dim/(dim-2))).
 

@@ -68,8 +68,44 @@ def test_dynamic_ntk_is_rope_up_to_original_length():
     assert torch.all(longer[1:] < theta[1:])
 
 
+def reference_dynamic_yarn(dim, base, original_len, length, finetuned_factor=1.0):
+    """Dynamic YaRN written out from the YaRN reference code (jquesnelle/yarn,
+    LlamaDynamicYaRNScaledRotaryEmbedding), in float64 and plain Python: plain RoPE with scale 1 until the input
+    passes max(s, 1) * L positions; past it, YaRN with the factor n / L: pairs below `low` keep theta, pairs above
+    `high` take theta / factor, a linear ramp over the pair index between; cos and sin multiplied by
+    0.1 ln(factor) + 1."""
+    theta = [base ** (-2 * i / dim) for i in range(dim // 2)]
+    factor = max(finetuned_factor, length / original_len)
+    if factor <= 1:
+        return theta, 1.0
+    turns_at = [dim * math.log(original_len / (2 * math.pi * r)) / (2 * math.log(base)) for r in (32, 1)]
+    low, high = max(math.floor(turns_at[0]), 0), min(math.ceil(turns_at[1]), dim - 1)
+    high = high + 0.001 if low == high else high
+    out = []
+    for i, t in enumerate(theta):
+        ramp = min(max((i - low) / (high - low), 0.0), 1.0)  # 0: keep theta, 1: interpolate
+        out.append(t / factor * ramp + t * (1 - ramp))
+    return out, 0.1 * math.log(factor) + 1.0
+
+
+@pytest.mark.parametrize("dim, base, context", [(64, 1e5, 8192), (32, 1e4, 256), (16, 100.0, 32)])
+@pytest.mark.parametrize("ratio", [0.25, 1.0, 1.0001, 1.5, 3.5, 16.0])
+@pytest.mark.parametrize("factor", [1.0, 4.0])
+def test_dynamic_yarn_equals_the_reference_formula(dim, base, context, ratio, factor):
+    """Bug caught (each planted and watched failing): the factor fixed at s whatever the length (static YaRN),
+    the factor n / L applied inside the original context too (below 1: a compression), and the ramp's
+    boundaries taken from the current length n instead of the original L."""
+    n = max(1, round(ratio * context))
+    ours, scale = L.dynamic_yarn_frequencies(dim, base, factor, context, n)
+    want, want_scale = reference_dynamic_yarn(dim, base, context, n, factor)
+    assert torch.allclose(ours.double(), torch.tensor(want, dtype=torch.float64), rtol=1e-6)
+    assert scale == pytest.approx(want_scale, rel=1e-12)
+    if factor == 1.0 and n <= context:  # inside the pretrained context: plain RoPE, read as in pretraining
+        assert torch.equal(ours, L.rope_frequencies(dim, base)[0]) and scale == 1.0
+
+
 def test_scaling_registry_and_errors():
-    assert set(L.SCALINGS) == {"none", "pi", "ntk", "dynamic_ntk", "yarn"}
+    assert set(L.SCALINGS) == {"none", "pi", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn"}
     with pytest.raises(ValueError, match="unknown rope scaling"):
         L.scaling_frequencies("linear", 16, 1e4, 2.0)
     with pytest.raises(ValueError, match=">= 1"):
@@ -172,6 +208,20 @@ def test_stretch_and_pose_positions():
     assert torch.all(p[:, 1:] > p[:, :-1]) and p[:, 0].eq(0).all() and p.max() < 100
     jumps = (p[:, 1:] - p[:, :-1] > 1).sum(1)
     assert torch.all(jumps <= 1) and jumps.sum() > 0  # two contiguous chunks, one skip between them
+
+
+def test_pose_draws_reach_every_id_up_to_the_top():
+    """Issue 53: PoSE's skip u is drawn from [0, max_position - L] inclusive, so the last chunk can end at
+    max_position - 1, and its cut c from [1, L - 1], so every id below max_position is drawn. Bugs caught: a
+    skip drawn from [0, max_position - L) (the top id never drawn: the range is one short of what it says), a
+    cut that never leaves the first chunk one token long, or never L - 1."""
+    length, top = 4, 10
+    p = L.pose_positions(4000, length, top, torch.Generator().manual_seed(0))
+    assert set(p.flatten().tolist()) == set(range(top))
+    assert int(p[:, -1].max()) == top - 1  # the last chunk reaches the top id
+    first_chunk = (p == torch.arange(length)).cumprod(1).sum(1)  # where the contiguous start ends: the cut
+    cuts = set(first_chunk[first_chunk < length].tolist())  # a row with skip 0 shows no cut
+    assert cuts == set(range(1, length))
 
 
 @pytest.mark.parametrize("shape", ["paper-r", "linear", "step", "cosine"])

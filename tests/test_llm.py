@@ -474,7 +474,9 @@ def test_models_that_cannot_be_evaluated_are_one_line(tiny_llm, tmp_path, capsys
              ([str(untokenized)], "no tokenizer beside the weights"),
              ([str(tmp_path / "notes.txt")], "a file, but not a .gguf one"),
              ([str(learned), "--scaling", "yarn", "--factor", "2"], "no rotary embeddings: YaRN cannot be put into it"),
-             ([str(learned), "--lengths", "128"], "a learned table of 64 positions: --lengths 128 goes beyond it")]
+             ([str(learned), "--lengths", "128"], "a learned table of 64 positions: --lengths 128 goes beyond it"),
+             # issue 53, item 22: a length the task cannot hold was a ValueError traceback
+             ([tiny_llm, "--lengths", "8"], "--lengths 8: 8 tokens, less")]
     capsys.readouterr()  # save_pretrained's bars
     for spec, message in cases:
         lengths = [] if "--lengths" in spec else ["--lengths", "32"]
@@ -498,3 +500,59 @@ def test_quiet_llm_fine_tune_writes_nothing(tiny_llm, tmp_path, extra):
     assert result.returncode == 0 and result.stdout == "" and result.stderr == "", result.stderr
     result = cli("eval.py", out, "--task", "passkey", "--lengths", "128", "--samples", "1", "--threads", "1")
     assert result.returncode == 0 and "deprecated" not in result.stderr, result.stderr
+
+
+def test_dynamic_yarn_on_an_llm_is_yarn_at_the_length_asked(tiny_llm):
+    """Bug caught: dynamic YaRN set once at load (one factor for every length), or stretching a model inside its
+    own context (512 positions here). At 256 tokens it leaves the model as loaded; at 1024 it is YaRN x2."""
+    model, _ = hf.load_llm(tiny_llm)
+    ids, at = torch.randint(0, 100, (1, 64)), torch.arange(700, 764)[None]
+    with torch.no_grad():
+        before = model(ids, position_ids=at).logits
+        assert hf.dynamic_yarn_at(model, 256) == 1.0
+        assert torch.allclose(model(ids, position_ids=at).logits, before, atol=1e-6)
+        assert hf.dynamic_yarn_at(model, 1024) == 2.0
+        dynamic = model(ids, position_ids=at).logits
+        hf.apply_llm_rope(model, "yarn", 2.0)
+        assert torch.equal(model(ids, position_ids=at).logits, dynamic)
+        assert (dynamic - before).abs().max() > 1e-3
+
+
+def test_eval_sweeps_a_length_by_depth_grid_with_an_effective_length(tiny_llm, tmp_path, monkeypatch, capsys):
+    """Bug caught (each planted and watched failing): a grid whose cells share prompts (one haystack for every
+    cell), a depth that never reaches the task (each prompt drawing its own), and an effective length missing
+    from the output. Every cell has its own keys, and the needle sits where its depth says."""
+    asked, make = [], hf.text_sample
+    monkeypatch.setattr(hf, "text_sample", lambda tok, task, n, seed, options: asked.append(options) or
+                        make(tok, task, n, seed, options))
+    out, png = tmp_path / "grid.json", tmp_path / "grid.png"
+    argv = ["--llm", tiny_llm, "--task", "passkey", "--lengths", "128,256", "--depths", "0,1", "--samples", "3",
+            "--scaling", "dynamic_yarn", "--json", str(out), "--plot", str(png), "--threads", "1"]
+    assert lengen_eval.main(argv) == 0
+    printed = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert [(c["length"], c["depth"]) for c in data["cells"]] == [(128, 0), (128, 1), (256, 0), (256, 1)]
+    assert [o.get("depth") for o in asked] == [0, 0, 0, 1, 1, 1] * 2
+    keys = [p["answer"] for c in data["cells"] for p in c["prompts"]]
+    assert len(set(keys)) == len(keys)  # 12 prompts, 12 different keys: no cell reuses another's haystack
+    assert [r["samples"] for r in data["rows"]] == [6, 6]  # the per-length rows pool the depths
+    assert data["effective_length"]["threshold"] == 0.5 and "effective length (score > 0.5" in printed
+    assert "| length | depth 0 | depth 1 |" in printed and data["model"].endswith("dynamic YaRN")
+    assert png.stat().st_size > 1000
+
+
+def test_every_prompt_leaves_room_for_its_answer(tiny_llm):
+    """Bug caught (watched failing): prompts sized without the chat template's system turn or the answer, so that
+    a prompt 'of 256 tokens' took 257 with its answer (SmolLM2's template adds a 30-token system turn, this
+    test's a longer one). Every task, at every length: the chat-formatted prompt, the answer and the end of turn
+    fit in the length asked, and the prompt still fills most of it."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_llm)
+    tokenizer.chat_template = ("system : " + "you are a careful reader . " * 8 +
+                               "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}"
+                               "{% if add_generation_prompt %}assistant : {% endif %}")
+    for task, options in [("passkey", {}), ("passkey", {"template": "varied"}), ("mrcr", {})] + \
+            [("babilong", {"facts": f}) for f in range(1, 6)]:
+        for length in (200, 333):
+            prompt, answer = hf.text_sample(tokenizer, task, length, 3, options)
+            total = hf.chat_ids(tokenizer, prompt, answer)[0].shape[1]
+            assert length - 30 <= total <= length, (task, options, length, total)

@@ -1,11 +1,14 @@
 """Nothing lost, round three (#35 items 1-7): run folders on another filesystem or behind a symlink, folders that
 hold someone else's files, one lock per folder however it is named, results written whole or not at all, a
 run's own files never overwritten by eval.py, a diverged LLM fine-tune saving nothing, NaN scores refused,
-and a peak FLOP rate that must be a number > 0. Each test was watched failing with its fix taken out."""
+and a peak FLOP rate that must be a number > 0; round four (#53, at the end): swaps cut short by a kill or a
+failed rename, diverged first steps, --json and --plot onto what is not a plain file. Each test was watched failing
+with its fix taken out."""
 import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -16,7 +19,7 @@ import torch
 
 import runs
 import train
-from test_cli import ROOT, TINY, set_steps, weights
+from test_cli import ROOT, TINY, in_process, set_steps, weights
 
 RUN = [*TINY, "--steps", "3", "--eval-samples", "0"]
 
@@ -40,7 +43,7 @@ def test_force_onto_a_run_on_another_filesystem_replaces_it_whole(tmp_path, othe
     os.symlink(far, tmp_path / "far")
     assert train.main([*RUN, "--seed", "1", "--force", "--out", str(tmp_path / "far")]) == 0
     assert json.load(open(os.path.join(far, "config.json")))["seed"] == 1
-    assert sorted(os.listdir(far)) == ["checkpoint.pt", "config.json", "log.jsonl"]
+    assert sorted(os.listdir(far)) == ["checkpoint.pt", "config.json", "log.jsonl", "made-by.json"]
     empty = os.path.join(other_disk, "mount")  # a new run into an empty folder on another disk
     os.makedirs(empty)
     os.symlink(empty, tmp_path / "mount")
@@ -239,6 +242,21 @@ def test_resume_keeps_the_log_lines_that_parse(tmp_path, damage):
     assert steps == ([] if damage == "missing" else [10, 20]) + [30]
 
 
+def test_resume_keeps_a_last_log_line_that_lost_only_its_newline(tmp_path):
+    """#53 (tests that catch): a power cut can take a log line's newline and leave the line whole (the checkpoint
+    at its step saved); --resume keeps that line and ends it, so the next step's line starts a line of its own.
+    Bug planted to watch it fail: the kept lines written back as read (the two lines ran into one, which no
+    longer parses)."""
+    run = stopped_run(tmp_path, 20, 30)
+    log = os.path.join(run, "log.jsonl")
+    text = open(log).read()
+    assert text.endswith("}\n")
+    with open(log, "w") as f:
+        f.write(text[:-1])
+    assert train.main(["--resume", "--out", run, "--quiet"]) == 0
+    assert [json.loads(line)["step"] for line in open(log)] == [10, 20, 30]
+
+
 def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_the_last(tmp_path):
     """Bug caught (item 15): a full disk or a file-size limit while saving a checkpoint was a 35-line traceback
     (the previous checkpoint was safe). Now one line, exit 2, and the previous checkpoint byte for byte."""
@@ -322,3 +340,380 @@ def test_memory_is_the_containers_and_an_allocation_that_fails_is_one_line(tmp_p
     assert lengen_eval.main([run, "--samples", "4", "--threads", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "out of memory (4.29e+09 GiB asked at once)" in err, err
+
+
+# A process that holds a folder through runs.hold once `go` exists, until `release` exists; it prints "held", or
+# its one-line refusal and exits 2, as train.py would.
+HOLDER = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+import runs
+folder, go, release = sys.argv[1:]
+while not os.path.exists(go):
+    time.sleep(0.005)
+try:
+    with runs.hold(folder):
+        print("held", flush=True)
+        while not os.path.exists(release):
+            time.sleep(0.01)
+except runs.UsageError as e:
+    print(e, file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def holders(tmp_path, folder, n):
+    script = HOLDER.format(root=ROOT)
+    return [subprocess.Popen([sys.executable, "-c", script, folder, str(tmp_path / "go"), str(tmp_path / "release")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
+
+
+def test_processes_racing_for_one_folder_one_holds_it_the_others_are_refused(tmp_path):
+    """#52: the lock is an exclusive create (O_EXCL), which holds on shared filesystems where flock may not.
+    Four processes let go at once: one holds the folder, three are refused in one line naming its holder.
+    Bug caught: a lock file opened without O_EXCL (every process held the folder)."""
+    folder = str(tmp_path / "run")
+    procs = holders(tmp_path, folder, 4)
+    time.sleep(1.0)  # every interpreter started and waiting
+    (tmp_path / "go").touch()
+    deadline = time.time() + 120
+    while sum(p.poll() is not None for p in procs) < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    (tmp_path / "release").touch()
+    results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
+    held = [r for r in results if r[0] == 0]
+    refused = [r for r in results if r[0] == 2]
+    assert len(held) == 1 and held[0][1] == "held\n", results
+    assert len(refused) == 3, results
+    for _, _, err in refused:
+        assert len(err.splitlines()) == 1 and "in use by another train.py (pid" in err, err
+    assert not os.path.exists(folder)  # the holder's lock went with it, and so did the folder it made
+
+
+def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path, capsys):
+    """#52: a process killed outright (kill -9, a node lost) cannot remove its lock file. On the same host the lock
+    names a process that is gone: the next train.py says so in one line and trains. Bug caught: a stale lock
+    refused like a live one (the folder blocked for good)."""
+    folder = str(tmp_path / "run")
+    (tmp_path / "go").touch()
+    proc, = holders(tmp_path, folder, 1)
+    assert proc.stdout.readline() == "held\n"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert os.path.exists(os.path.join(folder, runs.LOCK_NAME))  # what a killed holder leaves
+    assert train.main([*RUN, "--out", folder]) == 0
+    err = capsys.readouterr().err
+    assert f"taking over a stale lock (its process {proc.pid} on" in err and "is gone" in err, err
+    assert os.path.isfile(os.path.join(folder, "checkpoint.pt"))
+    assert not os.path.exists(os.path.join(folder, runs.LOCK_NAME))
+
+
+def test_a_lock_from_another_host_is_stale_only_once_its_holder_stops_touching_it(tmp_path, capsys):
+    """#52: another node's process cannot be looked up, so its lock counts as held while its holder touches it
+    (every LOCK_BEAT_S), and as stale once untouched for LOCK_STALE_S. Bugs caught: a lock from another host
+    judged by a pid of this host (taken over while held); one never judged stale."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lock = folder / runs.LOCK_NAME
+    lock.write_text(json.dumps({"host": "another-node.invalid", "pid": os.getpid() + 10 ** 7, "holder": "train.py"}))
+    assert train.main([*RUN, "--out", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "in use by another train.py (pid" in err and "another-node" in err, err
+    assert os.listdir(folder) == [runs.LOCK_NAME]  # nothing written
+    old = time.time() - runs.LOCK_STALE_S - 60
+    os.utime(lock, (old, old))
+    assert train.main([*RUN, "--out", str(folder)]) == 0
+    assert "taking over a stale lock (untouched for" in capsys.readouterr().err
+    assert not lock.exists() and (folder / "checkpoint.pt").exists()
+
+
+def test_a_held_lock_is_touched_so_another_host_sees_it_alive(tmp_path, monkeypatch):
+    """Bug caught: a heartbeat that never renews the lock's time, so a run longer than LOCK_STALE_S would be taken
+    over by another node while it trains."""
+    monkeypatch.setattr(runs, "LOCK_BEAT_S", 0.05)
+    folder = str(tmp_path / "run")
+    with runs.hold(folder):
+        lock = os.path.join(folder, runs.LOCK_NAME)
+        os.utime(lock, (0, 0))
+        time.sleep(0.5)
+        assert time.time() - os.stat(lock).st_mtime < 5
+
+# ---------------------------------------------------------------------------------------------------------
+# Round four (#53): swaps cut short, diverged first steps, files that are not plain files
+# ---------------------------------------------------------------------------------------------------------
+
+
+def run_files(folder) -> dict:
+    """A folder's run files (runs.RUN_FILES present in it), name -> bytes."""
+    return {name: open(os.path.join(folder, name), "rb").read() for name in runs.RUN_FILES
+            if os.path.isfile(os.path.join(folder, name))}
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """An old run, and a new one (another seed, and a fit.json the old one lacks) as swap_in finds it: whole in
+    the old run's .lengen.new."""
+    base = tmp_path_factory.mktemp("two")
+    old, new = str(base / "old"), str(base / "new")
+    assert train.main([*RUN, "--out", old]) == 0
+    assert train.main([*RUN, "--seed", "1", "--fit-bar", "0.99", "--fit-every", "1", "--out", new]) == 0
+    shutil.copytree(new, os.path.join(old, ".lengen.new"))
+    return old, run_files(old), run_files(new)
+
+
+class Killed(BaseException):
+    """A SIGKILL, in this process: nothing after it runs (no except clause of lengen's catches it)."""
+
+
+def renames_fail_at(monkeypatch, call: int, error: BaseException) -> None:
+    """os.rename raises `error` at its call number `call` (from 0) from now on."""
+    rename, count = os.rename, [0]
+
+    def failing(*args):
+        count[0] += 1
+        if count[0] == call + 1:
+            raise error
+        rename(*args)
+    monkeypatch.setattr(os, "rename", failing)
+
+
+def test_a_swap_killed_at_any_rename_is_finished_by_the_next_command(two_runs, tmp_path, monkeypatch, capsys):
+    """Bug caught (item 1): a kill inside swap_in left the old run in out/.lengen.old, and the next train.py on
+    the folder (even a plain one, refused) deleted it with the new run's remaining files: neither run left. eval.py
+    said "not a run directory". Now the next command (train.py or eval.py) finishes the swap, in one line."""
+    import eval as lengen_eval
+    template, old, new = two_runs
+    for call in range(20):
+        run = str(tmp_path / f"run{call}")
+        shutil.copytree(template, run)
+        renames_fail_at(monkeypatch, call, Killed())
+        try:
+            runs.swap_in(os.path.join(run, ".lengen.new"), run)
+            finished = True
+        except Killed:
+            finished = False
+        monkeypatch.undo()
+        capsys.readouterr()
+        if call % 2:  # a plain train.py, refused: the folder holds a run
+            assert train.main([*RUN, "--out", run]) == 2
+        else:
+            assert lengen_eval.main([run, "--lengths", "16", "--samples", "4", "--threads", "1"]) == 0
+        err = capsys.readouterr().err
+        assert run_files(run) == new, f"killed at rename {call}: {sorted(run_files(run))}"
+        assert sorted(f for f in os.listdir(run) if f.startswith(".")) == [], call
+        assert finished or "swap of runs here was cut short" in err, err
+        if finished:
+            break
+    assert finished and call > 5  # every rename of the swap was a point of the kill
+
+
+def test_a_swap_whose_rename_fails_part_way_puts_the_old_run_back_whole(two_runs, tmp_path, monkeypatch):
+    """#53 (tests that catch): a rename that fails within swap_in (here EIO, at each rename in turn) is one line,
+    and leaves the old run exactly as it was and the new one whole where it was built."""
+    import errno
+    template, old, new = two_runs
+    for call in range(20):
+        run = str(tmp_path / f"run{call}")
+        shutil.copytree(template, run)
+        renames_fail_at(monkeypatch, call, OSError(errno.EIO, os.strerror(errno.EIO)))
+        try:
+            runs.swap_in(os.path.join(run, ".lengen.new"), run)
+            break
+        except runs.UsageError as e:
+            assert "the run there is unchanged" in str(e)
+        finally:
+            monkeypatch.undo()
+        assert run_files(run) == old and run_files(os.path.join(run, ".lengen.new")) == new, call
+        assert sorted(f for f in os.listdir(run) if f.startswith(".")) == [".lengen.new"], call
+    assert call > 5 and run_files(run) == new
+
+
+def test_a_forced_run_that_diverges_in_its_first_step_leaves_the_old_run(tmp_path, monkeypatch, capsys):
+    """Bug caught (item 5): --force with settings whose first step turns the weights to NaN while its loss was
+    finite (here a backward that overflows: every gradient NaN) swapped in that checkpoint, then stopped at step
+    2's loss: the old run gone, a NaN model in its place. Weights that are not finite are never saved."""
+    run = str(tmp_path / "run")
+    assert train.main([*RUN, "--out", run]) == 0
+    before = run_files(run)
+
+    def overflowed(parameters, max_norm):
+        for p in parameters:
+            p.grad.fill_(float("nan"))
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", overflowed)
+    assert train.main([*RUN, "--seed", "1", "--force", "--out", run]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the weights are not finite" in err, err
+    assert run_files(run) == before and sorted(os.listdir(tmp_path)) == ["run"]
+
+
+def fine_tune(tmp_path, capsys, *args, on_step=None) -> int:
+    """train.py --llm on a tiny random Llama (test_llm_fine_tune.save_sharp_llm), in this process."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    from test_llm_fine_tune import save_sharp_llm
+    llm = str(tmp_path / "llm")
+    if not os.path.isdir(llm):
+        save_sharp_llm(llm)
+    capsys.readouterr()  # what saving the model printed
+    previous = signal.getsignal(signal.SIGTERM)  # main() makes SIGTERM a Ctrl-C; this process gets its own back
+    try:
+        return runs.cli_main("train.py", lambda argv: train.run(argv, on_step),
+                             ["--llm", llm, "--task", "passkey", "--method", "ft", "--train-len", "128", "--threads",
+                              "1", "--quiet", *args])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_an_llm_fine_tune_whose_out_folder_appears_while_it_trains_goes_in(tmp_path, capsys):
+    """Bug caught (item 8): the fine-tune was built beside --out (no folder yet); --out appeared while it trained,
+    and the swap looked for the run inside it (build_folder asked again): 'cannot put the new run', and the
+    fine-tune, beside, was deleted on the way out."""
+    out = str(tmp_path / "run")
+
+    def appear(step, ids, positions):
+        os.makedirs(out, exist_ok=True)
+    assert fine_tune(tmp_path, capsys, "--steps", "2", "--out", out, on_step=appear) == 0, capsys.readouterr().err
+    assert os.path.isfile(os.path.join(out, "config.json")) and os.path.isdir(os.path.join(out, "model"))
+    assert sorted(os.listdir(tmp_path)) == ["llm", "run"]
+
+
+def test_an_llm_fine_tune_that_ends_with_weights_not_finite_saves_nothing(tmp_path, monkeypatch, capsys):
+    """Bug caught (item 5, the LLM's): a last step whose backward overflowed (every gradient NaN, the loss
+    finite) saved a NaN model and swapped it in over the run --force replaced, exit 0."""
+    out = str(tmp_path / "run")
+    assert fine_tune(tmp_path, capsys, "--steps", "1", "--out", out) == 0
+    before = open(os.path.join(out, "config.json"), "rb").read()
+
+    def overflowed(parameters, max_norm):
+        for p in parameters:
+            p.grad.fill_(float("nan"))
+        return torch.tensor(float("nan"))
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", overflowed)
+    assert fine_tune(tmp_path, capsys, "--steps", "1", "--seed", "1", "--force", "--out", out) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the weights are not finite" in err, err
+    assert open(os.path.join(out, "config.json"), "rb").read() == before
+    assert sorted(os.listdir(tmp_path)) == ["llm", "run"]
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_a_hugging_face_model_folder_is_not_a_run(tmp_path, capsys, force):
+    """Bug caught (item 9): a folder with a config.json counted as a run, whatever the config: --force replaced a
+    Hugging Face model's config.json (and without --force it was 'already holds a run: --resume to continue it')."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    (model / "model.safetensors").write_bytes(b"weights")
+    before = run_files(model)
+    assert train.main([*RUN, "--out", str(model), *force]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds a config.json that is not a lengen run's" in err, err
+    assert run_files(model) == before and sorted(os.listdir(model)) == ["config.json", "model.safetensors"]
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    run = str(tmp_path_factory.mktemp("small") / "run")
+    assert train.main([*RUN, "--out", run]) == 0
+    return run
+
+
+def special_file(folder, kind: str, name: str) -> str:
+    """folder/name, not a plain file: a symlink to one, a FIFO, a device node (as /dev/null's, where this process
+    may make one), or a file with a second hard link."""
+    path, target = os.path.join(folder, name), os.path.join(folder, "target")
+    with open(target, "w") as f:
+        f.write("the user's")
+    if kind == "symlink":
+        os.symlink(target, path)
+    elif kind == "hardlink":
+        os.link(target, path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("this process may not make a device node")
+    return path
+
+
+@pytest.mark.parametrize("flag, kind, message", [("--json", "symlink", "a symlink, not a plain file"),
+                                                 ("--json", "fifo", "a FIFO, not a plain file"),
+                                                 ("--plot", "fifo", "a FIFO, not a plain file"),
+                                                 ("--json", "device", "a device, a socket or some other special"),
+                                                 ("--plot", "hardlink", "a file with 2 hard links")])
+def test_json_and_plot_refuse_what_is_not_a_plain_file_without_opening_it(small_run, tmp_path, capfd, flag, kind,
+                                                                          message):
+    """Bugs caught (items 3, 16): --json or --plot onto a symlink replaced the link (its target untouched), onto a
+    device node replaced the node (as root, --json /dev/null would replace the machine's /dev/null), onto a hard
+    link parted it; onto a FIFO nobody reads, eval.py waited for ever before computing anything (the check opened
+    it: here in a process of its own, which the timeout ends). Each is refused in one line, before anything is
+    computed, and left as it was."""
+    path = special_file(str(tmp_path), kind, "out" + (".png" if flag == "--plot" else ".json"))
+    before = os.lstat(path)
+    args = [small_run, "--lengths", "16", "--samples", "4", "--threads", "1", flag, path]
+    if kind == "fifo":
+        result = subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), *args], capture_output=True,
+                                text=True, timeout=300)  # as long as a loaded machine takes to import torch
+        code, out, err = result.returncode, result.stdout, result.stderr
+    else:
+        code, err = in_process("eval", args, capfd)
+        out = ""
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert out == "" and "accuracy" not in err  # nothing computed
+    after = os.lstat(path)
+    assert (after.st_ino, after.st_mode, after.st_nlink) == (before.st_ino, before.st_mode, before.st_nlink)
+    assert open(os.path.join(tmp_path, "target")).read() == "the user's"
+
+
+def test_json_keeps_the_permissions_of_the_file_it_replaces(small_run, tmp_path):
+    """Bug caught (item 3): --json over a private file (0600) left a new file of the default mode (0644 under
+    the usual umask), readable by all."""
+    import eval as lengen_eval
+    path = tmp_path / "private.json"
+    path.write_text("{}")
+    os.chmod(path, 0o600)
+    assert lengen_eval.main([small_run, "--lengths", "16", "--samples", "4", "--threads", "1", "--json",
+                             str(path)]) == 0
+    assert json.loads(path.read_text())["rows"] and os.stat(path).st_mode & 0o777 == 0o600
+
+
+def test_json_never_writes_over_a_models_files(tmp_path, capsys):
+    """Bug caught (item 2): eval.py --json wrote over a Hugging Face folder's model.safetensors or tokenizer.json
+    (an LLM run's model/ is one): only a run's own files, beside a config.json, were refused."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    import eval as lengen_eval
+    from test_llm_fine_tune import save_sharp_llm
+    llm = save_sharp_llm(str(tmp_path / "llm"))
+    os.makedirs(tmp_path / "loose")
+    shutil.copy(os.path.join(llm, "tokenizer.json"), tmp_path / "loose")  # a model's file, outside its folder
+    before = {name: open(os.path.join(llm, name), "rb").read() for name in os.listdir(llm)}
+    capsys.readouterr()
+    for target, message in ((os.path.join(llm, "model.safetensors"), "holds a model"),
+                            (os.path.join(llm, "tokenizer.json"), "holds a model"),
+                            (os.path.join(llm, "scores.json"), "holds a model"),
+                            (str(tmp_path / "loose" / "tokenizer.json"), "that is a model's file")):
+        previous = signal.getsignal(signal.SIGTERM)
+        try:
+            code = lengen_eval.main(["--llm", llm, "--task", "passkey", "--lengths", "128", "--samples", "1",
+                                     "--threads", "1", "--json", target])
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and message in err, (target, err)
+    assert {name: open(os.path.join(llm, name), "rb").read() for name in os.listdir(llm)} == before
+
+
+def test_a_forced_rerun_without_a_fit_bar_leaves_no_fit_record(tmp_path):
+    """#53 (tests that catch): --force replaces every file of the old run, fit.json among them: a rerun without
+    --fit-bar must not be read as fitted (or unfitted) by the old run's record. Bug planted to watch it fail:
+    fit.json left out of runs.RUN_FILES (the old record stayed beside the new run)."""
+    run = str(tmp_path / "run")
+    assert train.main([*RUN, "--fit-bar", "0.99", "--fit-every", "1", "--out", run]) == 0
+    assert runs.read_fit(run)["bar"] == 0.99
+    assert train.main([*RUN, "--seed", "1", "--force", "--out", run]) == 0
+    assert sorted(os.listdir(run)) == ["checkpoint.pt", "config.json", "log.jsonl"]
+    with pytest.raises(runs.UsageError, match="no readable fit.json"):
+        runs.read_fit(run)

@@ -74,7 +74,7 @@ def by_hand(model, idx, positions):
             theta = torch.tensor([cfg.rope_base ** (-2 * a / D) for a in range(D // 2)], dtype=torch.float64)
             scale = 1.0
         else:  # the scalings themselves are checked against Hugging Face's in test_hf_schedules.py
-            longest = int(positions.max()) + 1  # dynamic NTK reads the longest position of the call
+            longest = int(positions.max()) + 1  # dynamic NTK and YaRN read the longest position of the call
             theta, scale = L.SCALINGS[cfg.scaling](D, cfg.rope_base, cfg.factor, cfg.original_len, longest)
             theta = theta.double()
     slopes = [2.0 ** (-8 * (head + 1) / H) for head in range(H)]  # ALiBi, H a power of two (arXiv 2108.12409)
@@ -130,6 +130,7 @@ ENCODINGS = [  # (encoding, GPTConfig settings)
     ("rope", dict(scaling="ntk", factor=4.0)),
     ("rope", dict(scaling="yarn", factor=4.0, original_len=16)),
     ("rope", dict(scaling="dynamic_ntk", factor=4.0, original_len=16)),
+    ("rope", dict(scaling="dynamic_yarn", factor=1.0, original_len=16)),
     ("alibi", {}),
     ("xpos", {}),
     ("t5", {}),

@@ -172,7 +172,8 @@ def check_eval(argv: list[str], processes: int = 1, run: bool = True, monkeypatc
         def stop(a):
             reached.append(a)
             raise Reached
-        study = types.SimpleNamespace(run=stop, PRESETS=getattr(real, "PRESETS", {}))
+        study = types.SimpleNamespace(run=stop, PRESETS=getattr(real, "PRESETS", {}),
+                                      **({"cells": stop} if hasattr(real, "cells") else {}))
         monkeypatch.setattr(common, "importlib", types.SimpleNamespace(import_module=lambda name: study))
         extra = ["--device", "cpu"]
     elif args.llm:

@@ -71,3 +71,77 @@ def test_no_committed_reproduced_rests_on_an_interval_that_includes_zero():
     assert not found, found
     planted = {"claims": {"x": {"verdict": "reproduced", "per_unit": [0.1, 0.2, -0.05], "low": -0.01}}}
     assert list(reproduced_without_support(planted)) == ["/claims/x"]
+
+
+def page_of_two_blocks() -> str:
+    """A page with prose around two rendered blocks of two experiments, each holding an old table."""
+    block = ("<!-- rendered by experiments/{0}_report.py summary() from results/{0}.json -->\n"
+             "| old {0} table |\n<!-- end rendered -->")
+    return (f"# Page\n\nProse before.\n\n{block.format('distance')}\n\nProse between.\n\n{block.format('llm')}\n\n"
+            "After.\n")
+
+
+def test_render_only_one_experiment_refreshes_exactly_its_block(monkeypatch):
+    """#53 (tests that catch): --render of one experiment (render_blocks(only=NAME)) makes its own block anew and
+    leaves every other byte of the page as it was. Bug planted to watch it fail: the `only` test inverted (the
+    other experiment's block rendered), or dropped (every block rendered)."""
+    monkeypatch.setattr(common, "rendered", lambda name, function: f"| new {name} {function} table |\n")
+    text = page_of_two_blocks()
+    assert common.render_blocks(text, only="distance") == text.replace("| old distance table |",
+                                                                       "| new distance summary table |")
+    assert common.render_blocks(text, only="llm") == text.replace("| old llm table |", "| new llm summary table |")
+    assert common.render_blocks(text, only="encodings") == text
+
+
+@pytest.mark.parametrize("lost", [0, 1])
+def test_a_block_that_lost_its_end_line_is_refused_and_the_prose_kept(monkeypatch, lost):
+    """Bug caught (#53 item 6): with the first block's end line gone, the block ran on to the second block's end,
+    and --render replaced the prose between them (and the second block's first line) with the first's table;
+    with the last block's gone, that block was silently left unrendered. Now refused, the page unchanged."""
+    monkeypatch.setattr(common, "rendered", lambda name, function: f"| new {name} table |\n")
+    text = page_of_two_blocks()
+    parts = text.split("<!-- end rendered -->")
+    damaged = "<!-- end rendered -->".join(parts[:lost + 1]) + "".join(parts[lost + 1:lost + 2]) + \
+        "".join("<!-- end rendered -->" + p for p in parts[lost + 2:])
+    assert damaged.count("<!-- end rendered -->") == 1
+    for only in (None, "distance", "llm"):
+        with pytest.raises(common.UsageError, match="lost its end line"):
+            common.render_blocks(damaged, only=only)
+
+def test_render_of_damaged_results_is_one_line(tmp_path, monkeypatch, capsys):
+    """Issue 53, items 18-23: --render on results that are JSON with a command but not what the report reads
+    (damaged, edited by hand) was the report's KeyError traceback; now one line, exit status 2."""
+    import eval
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "encodings.json").write_text(json.dumps({"command": "python eval.py --experiment encodings"}))
+    capsys.readouterr()
+    assert eval.main(["--experiment", "encodings", "--render", "--out-dir", "out"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "out/encodings.json is damaged or not this experiment's results" in error
+
+
+def test_pages_are_rendered_one_command_at_a_time(tmp_path, monkeypatch):
+    """Issue 53, item 20: two --render commands of different experiments at once each read README.md, and the
+    later write dropped the other's tables. render_pages holds a flock on the repository's folder while it
+    reads and writes the pages: another render waits. Checked from inside the render: a second, non-blocking
+    flock is refused. Bug caught: no lock (the planted `fcntl.flock` line removed)."""
+    import fcntl
+    page = tmp_path / "README.md"
+    page.write_text("before\n")
+    held = []
+
+    def render_blocks(text, only=None):
+        fd = os.open(common.ROOT, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(False)
+        except BlockingIOError:
+            held.append(True)
+        finally:
+            os.close(fd)
+        return text + f"rendered {only}\n"
+    monkeypatch.setattr(common, "pages", lambda: [str(page)])
+    monkeypatch.setattr(common, "render_blocks", render_blocks)
+    common.render_pages("encodings")
+    assert held == [True] and page.read_text() == "before\nrendered encodings\n"

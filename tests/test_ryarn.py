@@ -108,6 +108,43 @@ def test_a_gain_is_the_per_base_mean_over_matched_rates_where_both_sides_fitted(
     assert ryarn.base_gains(acc, "ryarn", "ft", lambda a: a[1], everything) == pytest.approx([0.25, 0.25])
 
 
+def test_each_fine_tune_is_gated_on_its_own_base_at_l_ft_as_trained():
+    """Issue 53: one fine-tune per (target, method, rate, base) in this design (the bases are the units; there
+    are no seeds within a cell), so the gate is per base: a fine-tune counts where its own validation accuracy
+    at L_ft, read as trained (YaRN-trained: at s), reaches the bar; ft+yarn where that base's ft did; a base's
+    readings always. Made-up measures: every model passes the bar except, on base 1, ryarn as trained (x s)
+    and ft; every reading at 2s passes. Bugs caught: the gate read at 2s, ft+yarn gated on nothing, one base's
+    gate used for every base, ryarn's claims still counting base 1."""
+    setup = {**QUICK, "bases": (0, 1, 2), "lrs": (1e-3,), "fit_bar": 0.9}
+    s = setup["factor"]
+    ranged = [name for name, _ in ryarn.probe_tunes(setup) if name.startswith("ryarn")]
+
+    def m(fit, test=0.5):
+        return {"test": [test] * len(ryarn.MULTIPLES), "fit": fit, "select": 0.5}
+
+    def tune(name, b):
+        unfit = b == 1 and (name == "ft" or name in ranged)
+        if name in ("ft", "rpe"):
+            return {"as trained": m(0.5 if unfit else 0.95)} | {f"ft+yarn x{k * s:g}": m(0.95)
+                                                                for k in ryarn.READ_FACTORS}
+        return {f"x{k * s:g}": m(0.5 if unfit and k == 1 else 0.95, test=0.8 if name in ranged else 0.5)
+                for k in ryarn.READ_FACTORS}
+    bases = {b: {task: {"as trained": m(0.1)} | {f"zero-shot+yarn x{k * s:g}": m(0.1) for k in ryarn.READ_FACTORS}
+                 for task in ryarn.TARGETS} for b in setup["bases"]}
+    tunes = {(task, name, lr, b): tune(name, b) for task in ryarn.TARGETS for name, _ in ryarn.probe_tunes(setup)
+             for lr in setup["lrs"] for b in setup["bases"]}
+    data = ryarn.tables(setup, bases, tunes)
+    for task in ryarn.TARGETS:
+        fitted = {arm: by_lr["0.001"] for arm, by_lr in data["fitted"][task].items()}
+        for arm in ["ft", "ft+yarn"] + ranged:
+            assert fitted[arm] == [True, False, True], (arm, fitted[arm])
+        for arm in ("rpe", "yarn", "zero-shot", "zero-shot+yarn"):
+            assert fitted[arm] == [True, True, True], (arm, fitted[arm])
+    gains = ryarn.base_gains(data["accuracy"]["latest_recall"], "ryarn", "yarn", ryarn.beyond_ft,
+                             data["fitted"]["latest_recall"])
+    assert gains == pytest.approx([0.3, 0.3])  # base 1 left out
+
+
 def test_claims_decide_both_targets_in_one_primary_family():
     acc = {arm: {"0.001": [[0.9, 0.5, 0.5, 0.5, 0.5]] * 3} for arm in list(ryarn.MODELS) + ["ryarn to 512"]}
     acc["ryarn"] = {"0.001": [[0.9, 0.8, 0.8, 0.8, 0.8], [0.9, 0.85, 0.8, 0.8, 0.8], [0.9, 0.8, 0.75, 0.8, 0.8]]}
@@ -220,6 +257,26 @@ def test_test_and_validation_sequences_come_from_unused_seeds(quick_run):
     assert ryarn.TEST_SEED != ryarn.VALIDATION_SEED
 
 
+def test_validation_reads_the_validation_seed_and_the_test_lengths_the_test_seed(monkeypatch):
+    """Issue 53: measure()'s gate at L_ft and its factor choice at VALIDATION_MULTIPLE x L_ft evaluate sequences
+    of VALIDATION_SEED, every test length those of TEST_SEED (evaluate is faked, to record what it is asked).
+    Bug caught: a validation accuracy drawn from the test seed (s' and the gate chosen on the test set)."""
+    asked = []
+
+    def fake_evaluate(model, task, length, options, samples, seed, device="cpu"):
+        asked.append((length, samples, seed))
+        return {"accuracy": 0.5}
+    monkeypatch.setattr(ryarn, "evaluate", fake_evaluate)
+    monkeypatch.setattr(ryarn, "load_run", lambda run_dir, device, **overrides: (None, None))
+    setup, args = QUICK, types.SimpleNamespace(device="cpu")
+    ryarn.measure("a-run", "latest_recall", setup, args)
+    L_ft = setup["ft_len"][1]
+    tests = [(m * L_ft, setup["samples"], ryarn.TEST_SEED) for m in ryarn.MULTIPLES]
+    validation = [(L_ft, setup["validation_samples"], ryarn.VALIDATION_SEED),
+                  (ryarn.VALIDATION_MULTIPLE * L_ft, setup["validation_samples"], ryarn.VALIDATION_SEED)]
+    assert sorted(asked) == sorted(tests + validation)
+
+
 def test_the_results_render_again_from_their_json(quick_run):
     folder, data = quick_run
     again = ryarn_report.decide_again(json.loads(json.dumps(data)))
@@ -235,6 +292,57 @@ def test_jobs_2_writes_what_jobs_1_writes(quick_run, tmp_path):
     def results(data):
         return {k: v for k, v in data.items() if k not in ("command", "runtime")}
     assert results(two) == results(quick_run[1])
+
+
+def results_of(data: dict) -> dict:
+    """What a run measured and decided: everything but what it took (wall and CPU time)."""
+    return {k: v for k, v in data.items() if k != "runtime"}
+
+
+def checkpoints(folder) -> dict:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.glob("runs/**/checkpoint.pt")}
+
+
+@pytest.mark.slow  # 33 train.py processes, a fresh Python and torch each
+def test_cells_trained_wave_by_wave_are_reused_and_give_the_plain_runs_json(quick_run, tmp_path):
+    """#52: `--cells DIR` writes one command per model still to train, per wave; a shell loop runs the waves in
+    order (two lines at a time, as a scheduler would run more); the plain command then trains nothing and writes
+    the json of a plain run. Bug caught: train.py's commands not recording made-by.json (every model trained
+    again by the collecting run)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.chdir(tmp_path)
+        assert eval.main(["--experiment", "ryarn", "--quick", "--threads", "1", "--cells", "cells"]) == 0
+    waves = [(tmp_path / "cells" / f"wave{k}.txt").read_text().splitlines() for k in (1, 2)]
+    assert not (tmp_path / "cells" / "wave3.txt").exists()
+    assert [len(w) for w in waves] == [len(QUICK["bases"]), len(quick_run[1]["commands"]) - len(QUICK["bases"])]
+    assert all("--init" not in line for line in waves[0]) and all("--init" in line for line in waves[1])
+    # every model the run lists is a cell, with its very command line
+    argvs = {tuple(shlex.split(line.split("train.py ", 1)[1])) for w in waves for line in w}
+    assert argvs == {tuple(shlex.split(c)[2:]) for c in quick_run[1]["commands"].values()}
+    loop = ("for w in cells/wave1.txt cells/wave2.txt; do "
+            "xargs -d '\\n' -n 1 -P 2 bash -c 'eval \"$0\"' < $w || exit 1; done")  # each line in a shell of its own
+    subprocess.run(["bash", "-c", loop], cwd=tmp_path, check=True, capture_output=True)
+    before = checkpoints(tmp_path)
+    assert len(before) == sum(map(len, waves))
+    data = quick(tmp_path)
+    assert checkpoints(tmp_path) == before  # nothing trained again
+    assert results_of(data) == results_of(quick_run[1])
+    with pytest.MonkeyPatch.context() as monkeypatch:  # and nothing is left to train
+        monkeypatch.chdir(tmp_path)
+        assert eval.main(["--experiment", "ryarn", "--quick", "--threads", "1", "--cells", "cells"]) == 0
+    assert [(tmp_path / "cells" / f"wave{k}.txt").read_text() for k in (1, 2)] == ["", ""]
+
+
+@pytest.mark.slow  # 33 train.py processes
+def test_the_submitit_launcher_gives_the_pools_json(quick_run, tmp_path):
+    """#52: `--launcher submitit` runs each wave's cells as a submitit job array and waits for it, then the run
+    reuses them. Its debug executor (every job here, one after another) gives the pool's json. Bug caught: a
+    launcher that trains nothing (the run then trained every model itself)."""
+    pytest.importorskip("submitit")
+    data = quick(tmp_path, "--launcher", "submitit:debug")
+    assert results_of(data) == results_of(quick_run[1])
+    logs = list((tmp_path / "runs" / "ryarn" / "quick" / "submitit").glob("*/*_log.out"))
+    assert len(logs) == len(quick_run[1]["commands"])  # every model trained by a submitit job
 
 
 def test_ryarn_widens_its_range_from_l_ft_in_paper_r_stages(tmp_path):

@@ -30,7 +30,7 @@ def standalone(obj):
 
 
 SCHEDULES = [lengen.rope_frequencies, lengen.pi_frequencies, lengen.ntk_frequencies,
-             lengen.dynamic_ntk_frequencies, lengen.yarn_frequencies]
+             lengen.dynamic_ntk_frequencies, lengen.yarn_frequencies, lengen.dynamic_yarn_frequencies]
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda f: f.__name__)
@@ -58,7 +58,8 @@ def test_every_rotary_schedule_checks_its_own_input(schedule, args, why):
             fn(*args)
 
 
-@pytest.mark.parametrize("schedule", [lengen.yarn_frequencies, lengen.dynamic_ntk_frequencies],
+@pytest.mark.parametrize("schedule", [lengen.yarn_frequencies, lengen.dynamic_ntk_frequencies,
+                                      lengen.dynamic_yarn_frequencies],
                          ids=lambda f: f.__name__)
 def test_schedules_that_need_the_original_length_say_so(schedule):
     """yarn_frequencies(64, 1e4, 4, None) was a TypeError deep inside the formula."""

@@ -26,9 +26,12 @@ COUNTERS = {"words": words, "chars": quarter_chars}
 # every task with the options worth covering
 CASES = [
     ("passkey", {}),
+    ("passkey", {"template": "varied"}),
     ("babilong", {"facts": 1}),
     ("babilong", {"facts": 2}),
     ("babilong", {"facts": 3}),
+    ("babilong", {"facts": 4}),
+    ("babilong", {"facts": 5}),
     ("mrcr", {}),
     ("mrcr", {"needles": 2}),
 ]
@@ -37,7 +40,7 @@ CASE_IDS = [f"{name}-{'-'.join(f'{k}{v}' for k, v in options.items())}" for name
 
 def test_registry():
     assert set(text_tasks.TEXT_TASKS) == {"passkey", "babilong", "mrcr"}
-    assert text_tasks.text_task_options("passkey") == {"depth": None}
+    assert text_tasks.text_task_options("passkey") == {"depth": None, "template": "published"}
     assert text_tasks.text_task_options("babilong") == {"facts": 1, "depth": None}
     assert text_tasks.text_task_options("mrcr") == {"needles": 4, "index": None}
 
@@ -107,20 +110,40 @@ def body_of(prompt):
     return "\n\n".join(paragraphs[1:-1])
 
 
-def test_passkey_answer_is_the_number_in_the_key_sentence():
+@pytest.mark.parametrize("template", text_tasks.PASSKEY_TEMPLATES)
+def test_passkey_answer_is_the_number_in_the_key_sentence(template):
     for seed in range(30):
-        prompt, answer = text_tasks.passkey(400, seed, words)
+        prompt, answer = text_tasks.passkey(400, seed, words, template=template)
         found = re.findall(r"The pass key is (\d+)\. Remember it\. (\d+) is the pass key\.", prompt)
         assert len(found) == 1 and found[0][0] == found[0][1] == answer
         assert re.fullmatch(r"\d{5}", answer)
         assert re.findall(r"\d+", prompt) == [answer, answer], "the filler must hold no other number"
-        assert prompt.rstrip().endswith("What is the pass key? Answer with the number only.")
+        assert prompt.rstrip().endswith("What is the pass key? The pass key is" if template == "published" else
+                                        "What is the pass key? Answer with the number only.")
+        assert answer == text_tasks.passkey(400, seed, words, template="varied")[1], "one key per seed"
 
 
-def test_passkey_depth_places_the_key():
+def test_passkey_published_template_is_word_for_word():
+    """Bug caught: a published prompt that drifts from Mohtashami & Jaggi's (landmark attention's run_test.py):
+    its instruction, its five-sentence filler block repeated whole, the key line, the completion question."""
+    prompt, key = text_tasks.passkey(300, 7, words, depth=0.5)
+    task, *middle, question = prompt.split("\n")
+    assert task == ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize "
+                    "them. I will quiz you about the important information there.")
+    assert question == "What is the pass key? The pass key is"
+    block = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+    before, needle, after = middle
+    assert needle == f"The pass key is {key}. Remember it. {key} is the pass key."
+    for side in (before, after):
+        assert side == " ".join([block] * (side.count("grass")))
+    assert abs(before.count("grass") - after.count("grass")) <= 1
+
+
+@pytest.mark.parametrize("template", text_tasks.PASSKEY_TEMPLATES)
+def test_passkey_depth_places_the_key(template):
     def relative_position(depth):
-        prompt, _ = text_tasks.passkey(2000, 3, words, depth=depth)
-        body = body_of(prompt)
+        prompt, _ = text_tasks.passkey(2000, 3, words, depth=depth, template=template)
+        body = body_of(prompt) if template == "varied" else "\n".join(prompt.split("\n")[1:-1])
         return body.index("The pass key is") / len(body)
 
     assert relative_position(0.0) == 0.0
@@ -191,6 +214,42 @@ def test_babilong_answer_replays_from_the_story(facts):
         assert answer in text_tasks.PLACES and len(answer.split()) == 1
 
 
+def test_babilong_qa4_answer_follows_from_the_two_relations():
+    """The answer re-derived from the prompt: the three rooms put in a line by the two sentences."""
+    for seed in range(40):
+        prompt, answer = text_tasks.babilong(300, seed, words, facts=4)
+        relations = re.findall(r"The (\w+) is (north|south|east|west) of the (\w+)\.", body_of(prompt))
+        assert len(relations) == 2 and len({way for _, way, _ in relations}) == 1
+        question = prompt.split("\n\n")[-1]
+        ask = re.fullmatch(r"Question: What is (?:(north|south|east|west) of the (\w+)|the (\w+) "
+                           r"(north|south|east|west) of)\? Answer with one word\.", question)
+        if ask.group(1):  # what is WAY of X: the room related to X as the subject
+            assert [a for a, way, b in relations if b == ask.group(2)] == [answer]
+        else:  # what is X WAY of: the room X is related to
+            assert [b for a, way, b in relations if a == ask.group(3)] == [answer]
+        assert answer in text_tasks.PLACES
+
+
+def test_babilong_qa5_answer_follows_from_who_gave_what_to_whom():
+    """The answer re-derived from the prompt: the one give that matches the question's two known parts."""
+    gives = r"(\w+) (?:gave|handed|passed) the (\w+) to (\w+)\."
+    forms = {0: 0, 1: 0, 2: 0}
+    for seed in range(60):
+        prompt, answer = text_tasks.babilong(400, seed, words, facts=5)
+        events = re.findall(gives, body_of(prompt))
+        question = prompt.split("\n\n")[-1].removeprefix("Question: ").removesuffix(" Answer with one word.")
+        if m := re.fullmatch(r"Who gave the (\w+) to (\w+)\?", question):
+            found, forms[0] = [g for g, t, r in events if (t, r) == m.groups()], forms[0] + 1
+        elif m := re.fullmatch(r"Who did (\w+) give the (\w+) to\?", question):
+            found, forms[1] = [r for g, t, r in events if (g, t) == m.groups()], forms[1] + 1
+        else:
+            m = re.fullmatch(r"What did (\w+) give to (\w+)\?", question)
+            found, forms[2] = [t for g, t, r in events if (g, r) == m.groups()], forms[2] + 1
+        assert found == [answer]
+        assert answer in text_tasks.answer_candidates("babilong", {"facts": 5})
+    assert min(forms.values()) >= 10, forms
+
+
 def test_babilong_depth_places_the_first_fact():
     def first_fact_position(depth):
         prompt, _ = text_tasks.babilong(3000, 2, words, facts=2, depth=depth)
@@ -244,7 +303,7 @@ def test_mrcr_index_option_and_ordinals():
 
 
 @pytest.mark.parametrize("fn, kwargs", [
-    (text_tasks.passkey, dict(length=60, seed=0, depth=0.5)),
+    (text_tasks.passkey, dict(length=60, seed=0, depth=0.5, template="varied")),
     (text_tasks.babilong, dict(length=120, seed=0, facts=3, depth=0.3)),
     (text_tasks.mrcr, dict(length=90, seed=3, needles=2, index=2)),
 ])
@@ -299,7 +358,8 @@ def test_too_short_length(name, options):
 
 
 @pytest.mark.parametrize("name, options", [
-    ("passkey", {"depth": 1.5}), ("passkey", {"depth": -0.1}), ("babilong", {"facts": 4}),
+    ("passkey", {"depth": 1.5}), ("passkey", {"depth": -0.1}), ("passkey", {"template": "grass"}),
+    ("babilong", {"facts": 6}),
     ("babilong", {"facts": 0}), ("babilong", {"depth": 2}), ("mrcr", {"needles": 0}), ("mrcr", {"index": 0}),
     ("mrcr", {"needles": 3, "index": 4}),
 ])

@@ -65,11 +65,17 @@ def test_wilson_interval_known_values(right, n, low, high):
             assert (mean - bound) ** 2 == pytest.approx(z * z * bound * (1 - bound) / n, abs=1e-9)
 
 
-def test_interval_of_fractional_scores_uses_the_sample_sd():
-    """Bug caught: per-sequence accuracies that are not 0/1 given a Wilson interval, or a standard error from
-    the population sd (n instead of n - 1). 0.625 +- 1.96 * 0.32275 / 2, by hand."""
+def test_interval_of_fractional_scores_uses_the_sample_sd_and_a_t_quantile():
+    """Bug caught: per-sequence accuracies that are not 0/1 given a Wilson interval, a standard error from the
+    population sd (n instead of n - 1), or 1.96 standard errors at any n (issue 53, item 15: at 4 sequences the
+    95 % quantile is t(3) = 3.182). 0.625 +- 3.182 * 0.32275 / 2, by hand, cut at 1; at 256 sequences t(255)
+    = 1.969; one sequence says nothing of its spread: [0, 1]."""
     mean, lo, hi = eval.interval(torch.tensor([0.5, 1.0, 0.75, 0.25]))
-    assert (mean, lo, hi) == (0.625, pytest.approx(0.3087, abs=1e-4), pytest.approx(0.9413, abs=1e-4))
+    assert (mean, lo, hi) == (0.625, pytest.approx(0.1115, abs=1e-3), 1.0)
+    values = torch.tensor([0.25, 0.75] * 128)
+    mean, lo, hi = eval.interval(values)
+    assert hi - mean == pytest.approx(1.9693 * float(values.std()) / 16, abs=1e-4)
+    assert eval.interval(torch.tensor([0.5])) == (0.5, 0.0, 1.0)
 
 
 # --- the learning rate -------------------------------------------------------------------------------------

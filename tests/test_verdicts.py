@@ -119,3 +119,16 @@ def test_a_gain_three_times_the_size_is_found_with_five_units():
     found = sum(stats.decide({"c": [rng.gauss(3 * T, 0.03) for _ in range(5)]}, T)["c"]["verdict"]
                 == stats.REPRODUCED for _ in range(300))
     assert found / 300 >= 0.6
+
+
+def test_t_quantile_refuses_what_is_not_a_probability_and_holds_at_huge_df():
+    """Issue 53, item 13: a negative alpha looped for ever, NaN gave 0, and at huge df the tail lost every digit
+    (df / (df + t^2) rounds to 1), so the bisection walked out to t ~ 1e9 where 1.960 is meant."""
+    for alpha in (-0.1, 0.0, 1.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="alpha"):
+            eval.t_critical(alpha, 4)
+    with pytest.raises(ValueError, match="df"):
+        eval.t_critical(0.05, 0)
+    for df in (10 ** 6, 10 ** 9, 10 ** 15, 10 ** 300):
+        assert eval.t_critical(0.05, df) == pytest.approx(1.959964, abs=1e-5)
+        assert eval.t_tail(1.959964, df) == pytest.approx(0.05, abs=1e-6)
