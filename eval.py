@@ -605,8 +605,9 @@ def llm_eval_command(args) -> None:
         raise UsageError("--factor needs --scaling yarn (or dynamic_yarn) for an LLM")
     if args.original_len is not None:
         raise UsageError("--original-len is for small-GPT runs: an LLM's original context is read from its config")
-    if args.plot:
-        raise UsageError("--plot draws a small-GPT run's table; an LLM's is printed (and kept with --json)")
+    if args.plot and args.depths is None:
+        raise UsageError("--plot draws a small-GPT run's table, or an LLM's length x depth grid (--depths); an LLM's "
+                         "lengths alone are printed (and kept with --json)")
     if args.delays is not None:
         raise UsageError("--delays is for a small GPT's delay tasks; an LLM is measured at --lengths")
     if args.lengths and max(args.lengths) > MAX_LLM_TOKENS:  # a prompt is built whole before the model sees it

@@ -639,8 +639,8 @@ def cpu_per_step(probe: dict) -> float:
     """A probe's measured CPU seconds per training step: what a plan multiplies. Its models' own training time
     (fit_of's cpu_s), which a probe run again or resumed keeps for the models it reuses; this invocation's CPU
     time over every model's steps would be ~0 there. A record from before models kept their time: its runtime."""
-    fits = [fit for column in probe["fits"].values() for fit in column.values()]
-    if all("cpu_s" in fit for fit in fits):
+    fits = [fit for column in probe.get("fits", {}).values() for fit in column.values()]
+    if fits and all("cpu_s" in fit for fit in fits):
         return sum(fit["cpu_s"] for fit in fits) / probe["steps_trained"]
     return probe["runtime"]["cpu_s"] / probe["steps_trained"]
 

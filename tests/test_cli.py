@@ -208,7 +208,7 @@ def test_bad_eval_input_exits_2(trained_run, tmp_path, capfd):
         (("--llm", missing_llm, "--factor", "2"), "--factor needs --scaling yarn"),
         (("--llm", missing_llm, "--original-len", "100"), "--original-len"),
         # issue 53, item 24: accepted, then ignored
-        (("--llm", missing_llm, "--plot", str(tmp_path / "llm.png")), "--plot draws a small-GPT run's table"),
+        (("--llm", missing_llm, "--plot", str(tmp_path / "llm.png")), "or an LLM's length x depth grid (--depths)"),
         (("--llm", missing_llm, "--delays", "0:4"), "--delays is for a small GPT's delay tasks"),
         (("--llm", missing_llm, "--depths", "0,1.5"), "depths lie in [0, 1]"),
         (("--llm", missing_llm, "--depths", "a"), "comma-separated list of depths"),

@@ -132,8 +132,10 @@ def test_probe_records_each_models_fit_of_its_band(tmp_path, monkeypatch):
         task, encoding = command.split("--task ")[1].split()[0], command.split("--encoding ")[1].split()[0]
         size = command.split("--layers ")[1].split()[0] + "x" + command.split("--dim ")[1].split()[0]
         fit = common.read_fit(str(tmp_path / folder))
-        assert data["fits"][task][f"{encoding}, {size}"] == {"steps_to_fit": fit["steps_to_fit"],
-                                                                     "last": fit["checks"][-1]}
+        recorded = data["fits"][task][f"{encoding}, {size}"]
+        assert {k: recorded[k] for k in ("steps_to_fit", "last")} == {"steps_to_fit": fit["steps_to_fit"],
+                                                                       "last": fit["checks"][-1]}
+        assert recorded["cpu_s"] > 0  # what its training took (issue 53, item 10)
         assert " --fit-bar 0.9 --fit-every 10" in command
         assert ("--alibi-slope-heads 8" in command) == (encoding == "alibi")
     assert len(data["commands"]) == 12 and not (tmp_path / "out" / "distance.json").exists()

@@ -140,7 +140,7 @@ def test_a_randomized_model_is_measured_at_its_own_positions(tmp_path, monkeypat
     range it trained with. Bug caught: its accuracy measured at contiguous ids (gaps it never saw, even at L)."""
     calls = []
     monkeypatch.setattr(exp, "evaluate", lambda *a, **k: calls.append(k) or {"accuracy": 0.5})
-    monkeypatch.setattr(exp, "train_once", lambda argv: train.run(argv + ["--steps", "2"]))
+    monkeypatch.setattr(exp, "train_once", lambda argv: {**train.run(argv + ["--steps", "2"]), "cpu_s": 0.1})
     monkeypatch.setattr(exp, "read_fit", lambda out: {"steps_to_fit": None, "checks": [[2, 0.1]]})
     exp.train_and_measure(("reverse", "rope", "randomized", 0, QUICK, str(tmp_path), "cpu"))
     assert {(k["positions"], k["max_position"]) for k in calls} == {("randomized", 8 * QUICK["L"])}

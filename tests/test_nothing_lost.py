@@ -714,6 +714,6 @@ def test_a_forced_rerun_without_a_fit_bar_leaves_no_fit_record(tmp_path):
     assert train.main([*RUN, "--fit-bar", "0.99", "--fit-every", "1", "--out", run]) == 0
     assert runs.read_fit(run)["bar"] == 0.99
     assert train.main([*RUN, "--seed", "1", "--force", "--out", run]) == 0
-    assert sorted(os.listdir(run)) == ["checkpoint.pt", "config.json", "log.jsonl"]
+    assert sorted(os.listdir(run)) == ["checkpoint.pt", "config.json", "log.jsonl", "made-by.json"]
     with pytest.raises(runs.UsageError, match="no readable fit.json"):
         runs.read_fit(run)
