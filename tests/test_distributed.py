@@ -131,5 +131,6 @@ def test_a_refusal_under_torchrun_is_said_once_before_the_model_loads(sharp_llm,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     said = [line for line in result.stderr.splitlines() if line.startswith("train.py: error:")]
     assert len(said) == 1 and "gloo" not in result.stderr.lower(), result.stderr[-3000:]
-    assert ("--range 0.5" if case == "bad flag" else "already holds a run") in said[0]
+    # an existing folder whose config.json is not a run's is refused as another tool's model (issue 53, item 9)
+    assert ("--range 0.5" if case == "bad flag" else "holds a config.json that is not a lengen run's") in said[0]
     assert sorted(os.listdir(tmp_path)) == ["run"] and os.listdir(existing) == ["config.json"]
