@@ -257,7 +257,8 @@ def logged_step(line: str) -> int | None:
 
 
 def run(argv: list[str] | None = None, on_step=None) -> dict:
-    """The whole command: parse, train, print the final table; returns {"run": dir, "rows": [...]}."""
+    """The whole command: parse, train, print the final table; returns {"run": dir, "rows": [...], "cpu_s": the
+    training's CPU seconds} (an LLM fine-tune: finetune.run's)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -290,13 +291,13 @@ def run(argv: list[str] | None = None, on_step=None) -> dict:
             save_atomic(os.path.join(cfg.out, "final.json"), lambda f: f.write(json.dumps(rows, indent=1).encode()))
         # Last, once the run is whole: what an experiment reuses the run by (common.train_once), so that a model
         # trained from its recorded command, here or on a cluster's node, is never trained again.
-        made_by = json.dumps(made_by_record(sys.argv[1:] if argv is None else argv, time.process_time() - since))
-        save_atomic(os.path.join(cfg.out, "made-by.json"), lambda f: f.write(made_by.encode()))
+        made_by = made_by_record(sys.argv[1:] if argv is None else argv, time.process_time() - since)
+        save_atomic(os.path.join(cfg.out, "made-by.json"), lambda f: f.write(json.dumps(made_by).encode()))
     if cfg.eval_samples and not cfg.quiet:
         print(f"\n{cfg.out}: trained on {key}s " + (f"{cfg.train_len[0]}..{cfg.train_len[1]}" if key == "length"
                                                      else ",".join(map(str, cfg.task_options["delays"]))))
         print(markdown_table(rows, key))
-    return {"run": cfg.out, "rows": rows}
+    return {"run": cfg.out, "rows": rows, "cpu_s": made_by["cpu_s"]}
 
 
 def main(argv: list[str] | None = None) -> int:
