@@ -272,22 +272,36 @@ def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options
     tokens, the same prompts for every model. Exact match and the fraction of prompts where the right
     candidate ranks first have 95 % Wilson intervals (interval); the answer's log-probability, its 95 %
     t-interval. The seeds lie far from the training samples' (finetune.py uses seed * 1,000,003 + i)."""
-    candidates = text_tasks.answer_candidates(task, options)
-    scores = []
     # Under a launcher (torchrun) process r scores prompts r, r + N, ...; every process gets all the scores,
     # in prompt order, as one process computes them (each prompt is scored on its own).
+    scores = []
     for i in range(dist.rank(), samples, dist.world()):
-        prompt, answer = hf.text_sample(tokenizer, task, length, seed + i, options or {})
-        scores.append((i, {"answer": answer, **hf.score_prompt(model, tokenizer, prompt, answer, candidates, device,
-                                                            bf16=bf16)}))
+        scores += [(i, s) for s in score_prompts(model, tokenizer, task, length, [seed + i], options, device, bf16)]
         if bar is not None:
             bar.update(min(dist.world(), samples - i))  # this round of prompts, one per process
     scores = [score for _, score in sorted(dist.gather(scores), key=lambda pair: pair[0])]
+    return llm_row(task, length, scores, options)
+
+
+def score_prompts(model, tokenizer, task: str, length: int, seeds, options: dict | None, device: str = "cpu",
+                  bf16: bool = False) -> list[dict]:
+    """hf.score_prompt on the prompt of each seed: [{answer, right, logprob, rank, said, tokens}, ...]."""
+    candidates = text_tasks.answer_candidates(task, options)
+    scores = []
+    for seed in seeds:
+        prompt, answer = hf.text_sample(tokenizer, task, length, seed, options or {})
+        scores.append({"answer": answer, **hf.score_prompt(model, tokenizer, prompt, answer, candidates, device,
+                                                            bf16=bf16)})
+    return scores
+
+
+def llm_row(task: str, length: int, scores: list[dict], options: dict | None = None) -> dict:
+    """One length's (or cell's) row from its prompts' scores: exact match, top-1 with Wilson intervals, log p
+    with a t-interval, the prompts themselves."""
     mean, low, high = interval(torch.tensor([float(s["right"]) for s in scores]))
-    row = {"length": length, "accuracy": mean, "low": low, "high": high, "samples": samples}
-    logprob = torch.tensor([s["logprob"] for s in scores])
-    row["logprob"], row["logprob_low"], row["logprob_high"] = t_interval(logprob.tolist())
-    if candidates:
+    row = {"length": length, "accuracy": mean, "low": low, "high": high, "samples": len(scores)}
+    row["logprob"], row["logprob_low"], row["logprob_high"] = t_interval([s["logprob"] for s in scores])
+    if candidates := text_tasks.answer_candidates(task, options):
         first = torch.tensor([float(s["rank"] == 1) for s in scores])
         row["top1"], row["top1_low"], row["top1_high"] = interval(first)
         row["mean_rank"], row["candidates"] = float(torch.tensor([s["rank"] for s in scores]).mean()), len(candidates)
@@ -303,13 +317,49 @@ CELL_SEEDS = 10 ** 6  # seeds per cell (MAX_SAMPLES): cell c's prompts take GRID
 
 
 def evaluate_llm_grid(model, tokenizer, task: str, lengths: list[int], depths: list[float], samples: int,
-                      device: str = "cpu", bar=None, bf16: bool = False, first_cell: int = 0) -> list[dict]:
+                      device: str = "cpu", bar=None, bf16: bool = False, first_cell: int = 0,
+                      options: dict | None = None, settle: float | None = None) -> list[dict]:
     """evaluate_llm at every (length, depth), each cell with seeds of its own (cells numbered from first_cell,
-    lengths outermost): rows of {length, depth, accuracy, low, high, samples, ...}."""
-    cells = [(n, d) for n in lengths for d in depths]
-    return [{"depth": d, **evaluate_llm(model, tokenizer, task, n, samples, {"depth": d}, device,
-                                        GRID_SEED + (first_cell + c) * CELL_SEEDS, bar, bf16)}
-            for c, (n, d) in enumerate(cells)]
+    lengths outermost): rows of {length, depth, accuracy, low, high, samples, ...}. options: the task's own
+    (e.g. passkey's template), the same in every cell.
+
+    settle (a threshold): sequential sampling. A length's prompts are scored a round at a time, one prompt per
+    depth, and the length stops as soon as its side of the threshold is settled: its depths pooled, the full
+    grid of `samples` prompts per cell would score above the threshold whatever the unscored prompts say, or
+    could no longer get above it. So the effective length's point estimate is the full grid's, exactly; the
+    intervals are Wilson's over the prompts scored (fewer, so wider). Each cell scores a prefix of the prompts
+    the full grid would score. A cell's 'planned' keeps `samples`."""
+    if settle is not None and dist.world() > 1:
+        raise UsageError("--sequential scores a length's prompts one round at a time, in one process: leave out "
+                         "torchrun")
+    cells = []
+    for n in lengths:
+        here = {d: (first_cell + len(cells) + j) * CELL_SEEDS + GRID_SEED for j, d in enumerate(depths)}
+        if settle is None:
+            cells += [{"depth": d, **evaluate_llm(model, tokenizer, task, n, samples, {**(options or {}), "depth": d},
+                                                  device, seed, bar, bf16)} for d, seed in here.items()]
+            continue
+        scores = {d: [] for d in depths}
+        for i in range(samples):
+            for d, seed in here.items():
+                scores[d] += score_prompts(model, tokenizer, task, n, [seed + i], {**(options or {}), "depth": d},
+                                           device, bf16)
+            if bar is not None:
+                bar.update(len(depths))
+            if settled(sum(s["right"] for d in depths for s in scores[d]), (i + 1) * len(depths),
+                       samples * len(depths), settle):
+                if bar is not None:
+                    bar.update((samples - i - 1) * len(depths))  # the prompts it did not need
+                break
+        cells += [{"depth": d, **llm_row(task, n, scores[d], {**(options or {}), "depth": d}), "planned": samples}
+                  for d in depths]
+    return cells
+
+
+def settled(right: int, scored: int, planned: int, threshold: float) -> bool:
+    """Whether `planned` prompts' exact match is sure to fall on one side of the threshold after `scored` of
+    them, `right` right: above it whatever the rest say, or at or below it even if all the rest are right."""
+    return right > threshold * planned or right + (planned - scored) <= threshold * planned
 
 
 def pooled(cells: list[dict]) -> list[dict]:
@@ -478,6 +528,14 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+def scaling_list(text: str) -> str:
+    """--scaling: one of lengen.SCALINGS, or (an LLM) several, comma-separated."""
+    for name in text.split(","):
+        if name not in lengen.SCALINGS:
+            raise argparse.ArgumentTypeError(f"'{name}' is not a scaling: choose from {', '.join(lengen.SCALINGS)}")
+    return text
+
+
 def depth_list(text: str) -> list[float]:
     try:
         values = [float(v) for v in text.split(",")]
@@ -595,13 +653,41 @@ MAX_LLM_TOKENS = 2 ** 20  # 8x Paper R's longest evaluation (128K)
 
 def llm_eval_command(args) -> None:
     """eval.py on a train.py --llm run or a base model: exact match on a text task at each length (and depth),
-    with the effective length."""
-    # An LLM is measured as saved, or with inference-time YaRN (static or dynamic) over its own context: refuse,
-    # before loading anything, the options that would otherwise be ignored or break the schedule.
-    if args.scaling not in (None, "none", "yarn", "dynamic_yarn"):
-        raise UsageError(f"--scaling {args.scaling}: an LLM is evaluated as saved or with --scaling yarn or "
-                         "dynamic_yarn")
-    if args.factor is not None and args.scaling not in ("yarn", "dynamic_yarn"):
+    with the effective length; under each of the scalings asked for, one after the other."""
+    scalings, task, options = check_llm_flags(args)
+    device = dist.start(args.device)  # under torchrun, each process scores a share of the prompts (dist.py)
+    lengths = args.lengths or [1024, 4096, 8192, 12288]
+    samples = args.samples or 5
+    threshold = 0.5 if args.threshold is None else args.threshold
+    models = []
+    for scaling in scalings:
+        model, tokenizer, label = hf.load_for_eval(args.run or args.llm, device, scaling, args.factor)
+        if (table := hf.position_table(model)) and max(lengths) > table:
+            raise UsageError(f"{label} has a learned table of {table} positions: --lengths {max(lengths)} goes "
+                             "beyond it")
+        for n in lengths:  # every length holds the task's prompt, before any is scored
+            try:
+                hf.text_sample(tokenizer, task, n, 10 ** 9, options)
+            except ValueError as e:
+                raise UsageError(f"--lengths {n}: {e}") from None
+        start = time.perf_counter()
+        cells = llm_cells(args, model, tokenizer, label, task, options, scaling, lengths, samples, threshold, device)
+        models.append((label, cells, time.perf_counter() - start))
+        del model
+    dist.stop()
+    if dist.launch_rank() > 0:  # rank 0 reports for all
+        return
+    report_llm(args, task, models, threshold)
+
+
+def check_llm_flags(args) -> tuple[list, str, dict]:
+    """The LLM evaluation's flags checked before anything is loaded: (scalings, task, the task's options).
+    An LLM is measured as saved, or with inference-time YaRN (static or dynamic) over its own context."""
+    scalings = [None if s == "none" else s for s in (args.scaling or "none").split(",")]
+    if any(s not in (None, "yarn", "dynamic_yarn") for s in scalings) or len(set(scalings)) < len(scalings):
+        raise UsageError(f"--scaling {args.scaling}: an LLM is evaluated as saved (none) or with yarn or "
+                         "dynamic_yarn, each at most once (e.g. none,yarn,dynamic_yarn)")
+    if args.factor is not None and scalings == [None]:
         raise UsageError("--factor needs --scaling yarn (or dynamic_yarn) for an LLM")
     if args.original_len is not None:
         raise UsageError("--original-len is for small-GPT runs: an LLM's original context is read from its config")
@@ -612,65 +698,68 @@ def llm_eval_command(args) -> None:
         raise UsageError("--delays is for a small GPT's delay tasks; an LLM is measured at --lengths")
     if args.lengths and max(args.lengths) > MAX_LLM_TOKENS:  # a prompt is built whole before the model sees it
         raise UsageError(f"--lengths {max(args.lengths):,}: an LLM prompt here is at most {MAX_LLM_TOKENS:,} tokens")
+    if args.sequential and args.depths is None:
+        raise UsageError("--sequential stops a length of the grid once its side of the threshold is settled: "
+                         "give --depths")
     task = args.task or "babilong"
     if args.depths is not None and "depth" not in text_tasks.text_task_options(task):
         raise UsageError(f"--depths: {task} hides nothing at a depth; give --task " +
                          " or ".join(t for t in text_tasks.TEXT_TASKS if "depth" in text_tasks.text_task_options(t)))
-    device = dist.start(args.device)  # under torchrun, each process scores a share of the prompts (dist.py)
-    model, tokenizer, label = hf.load_for_eval(args.run or args.llm, device, args.scaling, args.factor)
-    lengths = args.lengths or [1024, 4096, 8192, 12288]
-    if (table := hf.position_table(model)) and max(lengths) > table:
-        raise UsageError(f"{label} has a learned table of {table} positions: --lengths {max(lengths)} goes beyond it")
-    samples = args.samples or 5
-    start = time.perf_counter()
-    for n in lengths:  # every length holds the task's prompt, before any is scored
-        try:
-            hf.text_sample(tokenizer, task, n, 10 ** 9, {})
-        except ValueError as e:
-            raise UsageError(f"--lengths {n}: {e}") from None
+    options = {}
+    if args.template is not None:
+        if "template" not in text_tasks.text_task_options(task):
+            raise UsageError(f"--template is passkey's; {task} has one form")
+        options["template"] = args.template
+    return scalings, task, options
+
+
+def llm_cells(args, model, tokenizer, label, task, options, scaling, lengths, samples, threshold, device):
+    """The rows of one model under one scaling: a row per length, or per (length, depth) with --depths."""
     depths = args.depths or [None]  # None: each prompt draws its own depth
-    threshold = 0.5 if args.threshold is None else args.threshold
     cells = []
     with tqdm(total=len(lengths) * len(depths) * samples, desc=label, disable=dist.rank() > 0) as bar:
         for n in lengths:
-            if args.scaling == "dynamic_yarn":  # the factor this length needs, set once for all its prompts
+            if scaling == "dynamic_yarn":  # the factor this length needs, set once for all its prompts
                 hf.dynamic_yarn_at(model, n, args.factor or 1.0)
             if args.depths is None:
-                cells.append(evaluate_llm(model, tokenizer, task, n, samples, {}, device, bar=bar))
+                cells.append(evaluate_llm(model, tokenizer, task, n, samples, options, device, bar=bar,
+                                          bf16=args.bf16))
             else:
-                cells += evaluate_llm_grid(model, tokenizer, task, [n], depths, samples, device, bar=bar,
-                                           first_cell=len(cells))
-    dist.stop()
-    if dist.launch_rank() > 0:  # rank 0 reports for all
-        return
-    report_llm(args, label, task, cells, threshold, time.perf_counter() - start)
+                cells += evaluate_llm_grid(model, tokenizer, task, [n], depths, samples, device, bar, args.bf16,
+                                           len(cells), options, threshold if args.sequential else None)
+    return cells
 
 
-def report_llm(args, label: str, task: str, cells: list[dict], threshold: float, seconds: float) -> None:
-    """What llm_eval_command prints and writes: the grid (with --depths), a row per length, the effective length;
-    --json and --plot."""
-    rows = pooled(cells) if args.depths is not None else cells
-    summary = effective_length(rows, threshold)
-    print(f"{label}: {task}, exact match")
-    if args.depths is not None:
-        print(grid_table(cells))
-        print("over the depths:")
-    print(markdown_table(rows))
-    print(describe_effective_length(summary, min(r["length"] for r in rows), max(r["length"] for r in rows)))
-    print(f"({cells[0]['samples']} prompts per length" + (" and depth" if args.depths is not None else "") +
-          f", {seconds:.0f} s)")
+def report_llm(args, task: str, models: list[tuple], threshold: float) -> None:
+    """What llm_eval_command prints and writes for each (label, cells, seconds): the grid (with --depths), a row
+    per length, the effective length; --json (one model's, or {task, models: [...]}) and --plot (a heatmap per
+    model, side by side)."""
+    grid = args.depths is not None
+    records = []
+    for label, cells, seconds in models:
+        rows = pooled(cells) if grid else cells
+        summary = effective_length(rows, threshold)
+        print(f"{label}: {task}, exact match")
+        if grid:
+            print(grid_table(cells))
+            print("over the depths:")
+        print(markdown_table(rows))
+        print(describe_effective_length(summary, min(r["length"] for r in rows), max(r["length"] for r in rows)))
+        planned = sum(c.get("planned", c["samples"]) for c in cells)
+        saved = f"; --sequential saved {planned - sum(c['samples'] for c in cells)} of {planned}" \
+            if args.sequential else ""
+        print(f"({cells[0].get('planned', cells[0]['samples'])} prompts per length" + (" and depth" if grid else "")
+              + f"{saved}, {seconds:.0f} s)\n")
+        records.append({"model": label, "task": task, "rows": rows, "effective_length": summary, "seconds": seconds,
+                        **({"cells": cells} if grid else {})})
     if args.json:
-        text = json.dumps({"model": label, "task": task, "rows": rows, "effective_length": summary,
-                           **({"cells": cells} if args.depths is not None else {})}, indent=1)
+        text = json.dumps(records[0] if len(records) == 1 else {"task": task, "models": records}, indent=1)
         save_atomic(args.json, lambda f: f.write(text.encode()))
     if args.plot and (plt := pyplot()):
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        if args.depths is not None:
-            plot_heatmap(ax, cells, threshold)
-        else:
-            plot_curves(ax, {label: rows}, "length")
-            ax.axhline(threshold, color="grey", ls=":", lw=1)
-        ax.set_title(f"{label}: {task}", fontsize=8)
+        fig, axes = plt.subplots(1, len(records), figsize=(4.2 * len(records), 3.3), squeeze=False)
+        for ax, record in zip(axes[0], records):
+            plot_heatmap(ax, record["cells"], threshold)
+            ax.set_title(f"{record['model']}: {task}", fontsize=8)
         fig.tight_layout()
         save_figure(fig, args.plot)
         print(f"figure: {args.plot}")
@@ -697,9 +786,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="LLM: a length x depth grid, e.g. 0,0.25,0.5,0.75,1 (where the needle sits)")
     p.add_argument("--threshold", type=finite, default=None,
                    help="LLM: the score the effective length must stay above (default 0.5)")
-    p.add_argument("--scaling", choices=tuple(lengen.SCALINGS), default=None,
-                   help="evaluate with another rotary schedule (e.g. inference-time YaRN)")
+    p.add_argument("--scaling", type=scaling_list, default=None,
+                   help="evaluate with another rotary schedule (e.g. inference-time YaRN); an LLM takes several, "
+                        "e.g. none,yarn,dynamic_yarn")
     p.add_argument("--factor", type=finite, default=None)
+    p.add_argument("--template", choices=("published", "varied"), default=None,
+                   help="LLM passkey: the published prompt (default) or generated, never-repeating filler")
+    p.add_argument("--sequential", action="store_true",
+                   help="LLM grid: stop a length once its side of --threshold is settled (eval.settled)")
+    p.add_argument("--bf16", action="store_true",
+                   help="LLM: forwards under bfloat16 autocast (a CPU with AMX/AVX-512 BF16, or a GPU)")
     p.add_argument("--original-len", type=int, default=None)
     p.add_argument("--plot", default=None, metavar="FILE", help="a figure: .png, .pdf or .svg")
     p.add_argument("--json", default=None, metavar="FILE")
@@ -733,6 +829,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # What each kind of command reads: a flag of another kind would be dropped without a word, so it is refused.
 EVALUATION_FLAGS = ("lengths", "delays", "samples", "llm", "task", "depths", "threshold", "scaling", "factor",
+                    "template", "sequential", "bf16",
                     "original_len", "plot", "json")
 EXPERIMENT_FLAGS = ("quick", "full", "probe", "out_dir", "force", "render", "jobs", "cells", "launcher")
 
@@ -759,6 +856,11 @@ def refuse_dropped(args) -> None:
         raise UsageError("--task chooses an LLM's text task: a small-GPT run is evaluated on its own task")
     if given("depths") and small_gpt:
         raise UsageError("--depths is for an LLM's text task: a small-GPT task hides nothing at a depth")
+    for flag in ("template", "sequential", "bf16"):
+        if given(flag) and small_gpt:
+            raise UsageError(f"{flag_name(flag)} is for an LLM's text task, not a small-GPT run")
+    if args.scaling and "," in args.scaling and not (args.llm or args.run and not small_gpt):
+        raise UsageError(f"--scaling {args.scaling}: a small-GPT run is evaluated under one scaling at a time")
     if given("threshold") and small_gpt:  # its per-sequence scores need not be right-or-wrong, as Wilson's are
         raise UsageError("--threshold sets an LLM's effective length (exact match per prompt); a small-GPT run "
                          "prints its accuracy per length")
