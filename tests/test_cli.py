@@ -217,6 +217,13 @@ def test_bad_eval_input_exits_2(trained_run, tmp_path, capfd):
         (("--llm", missing_llm, "--task", "mrcr", "--depths", "0.5"), "mrcr hides nothing at a depth"),
         ((trained_run, "--depths", "0.5"), "small-GPT task hides nothing"),
         ((trained_run, "--threshold", "0.5"), "sets an LLM's effective length"),
+        # issue 54: several scalings, the passkey template, sequential sampling, bf16
+        (("--llm", missing_llm, "--scaling", "yarn,nope"), "'nope' is not a scaling"),
+        (("--llm", missing_llm, "--scaling", "none,yarn,none"), "each at most once"),
+        (("--llm", missing_llm, "--task", "passkey", "--sequential"), "give --depths"),
+        (("--llm", missing_llm, "--template", "varied"), "--template is passkey's"),
+        ((trained_run, "--bf16"), "--bf16 is for an LLM's text task"),
+        ((rope, "--scaling", "yarn,pi", "--factor", "2"), "under one scaling at a time"),
         (("--experiment", "retrieval", "--depths", "0.5"), "leave out --depths"),
     ]
     for args, message in cases:

@@ -78,3 +78,52 @@ def test_outcomes_at_the_ends_and_the_crossing():
     line = E.describe_effective_length(every, 1024, 16384)
     assert ">= 16384" in line and "every tested length" in line
     assert "< 1024" in E.describe_effective_length(none, 1024, 16384)
+
+
+def test_sequential_sampling_keeps_the_full_grids_side_of_the_threshold(monkeypatch):
+    """--sequential (eval.evaluate_llm_grid with settle=threshold) stops a length once its side of the threshold
+    is settled. Bug caught (each planted and watched failing): stopping when the pooled score merely reaches the
+    threshold ('>=' for '>' in eval.settled: a length at exactly 0.5 read as above it), and counting one depth's
+    prompts instead of the round's. On simulated cells, each length falls on the side the full grid puts it,
+    the effective length is the full grid's, each cell scores a prefix of the full grid's prompts, and it saves
+    prompts where the score is far from the threshold."""
+    import random
+
+    def fake_scores(model, tokenizer, task, length, seeds, options, device="cpu", bf16=False):
+        p = TRUE[length]
+        return [{"seed": s, "right": random.Random(f"{length} {options['depth']} {s}").random() < p,
+                 "logprob": 0.0, "rank": None} for s in seeds]
+
+    monkeypatch.setattr(E, "score_prompts", fake_scores)
+    saved = 0
+    for trial in range(40):
+        rng = random.Random(trial)
+        TRUE = dict(zip(LENGTHS, sorted((rng.random() for _ in LENGTHS), reverse=True)))
+        threshold, samples = rng.choice([0.5, 0.3, 0.8]), rng.choice([4, 10])
+        grid = dict(task="passkey", lengths=LENGTHS, depths=[0, 0.5, 1], samples=samples)
+        full = E.evaluate_llm_grid(None, None, **grid)
+        quick = E.evaluate_llm_grid(None, None, **grid, settle=threshold)
+        for a, b in zip(full, quick):
+            assert (a["length"], a["depth"]) == (b["length"], b["depth"]) and b["planned"] == samples
+            assert [p["seed"] for p in b["prompts"]] == [p["seed"] for p in a["prompts"]][:b["samples"]]
+        for a, b in zip(E.pooled(full), E.pooled(quick)):
+            assert (a["accuracy"] > threshold) == (b["accuracy"] > threshold), (trial, a, b)
+        assert E.effective_length(E.pooled(full), threshold)["length"] == \
+            E.effective_length(E.pooled(quick), threshold)["length"]
+        saved += sum(a["samples"] - b["samples"] for a, b in zip(full, quick))
+    assert saved > 0
+
+
+def test_settled_is_exact_at_the_edges(monkeypatch):
+    """4 planned prompts, threshold 0.5: 3 right is above whatever the fourth says; 2 right of 4 is not above;
+    2 wrong of 4 can no longer get above; 1 right, 1 wrong of 2 is open. On a grid of 3 depths x 10 prompts
+    (30 a length), a length always wrong stops after 5 rounds (15 wrong), one always right after 6 (18 right,
+    more than 15). Bug caught (planted, watched failing): a round counted as one prompt, so a length always
+    wrong never stopped."""
+    monkeypatch.setattr(E, "score_prompts", lambda model, tok, task, n, seeds, options, device="cpu", bf16=False:
+                        [{"right": n == 1024, "logprob": 0.0, "rank": None} for _ in seeds])
+    cells = E.evaluate_llm_grid(None, None, "passkey", [1024, 2048], [0, 0.5, 1], 10, settle=0.5)
+    assert [c["samples"] for c in cells] == [6, 6, 6, 5, 5, 5]
+    assert E.settled(3, 3, 4, 0.5) and not E.settled(2, 3, 4, 0.5)
+    assert E.settled(0, 2, 4, 0.5) and not E.settled(1, 2, 4, 0.5)
+    assert E.settled(2, 4, 4, 0.5) and E.settled(3, 4, 4, 0.5)  # all scored: always settled

@@ -558,3 +558,20 @@ def test_every_prompt_leaves_room_for_its_answer(tiny_llm):
             prompt, answer = hf.text_sample(tokenizer, task, length, 3, options)
             total = hf.chat_ids(tokenizer, prompt, answer)[0].shape[1]
             assert length - 30 <= total <= length, (task, options, length, total)
+
+
+def test_eval_compares_scalings_in_one_command(tiny_llm, tmp_path, capsys):
+    """--scaling none,dynamic_yarn loads the model once per scaling and reports each: a json of {task, models}
+    and a heatmap per model. Inside the model's context (512 here) dynamic YaRN is the model as loaded, so both
+    score every prompt alike. Bug caught (planted, watched failing): the second scaling's cells numbered on from
+    the first's (other prompts, so scalings compared on different haystacks)."""
+    out = tmp_path / "both.json"
+    argv = ["--llm", tiny_llm, "--task", "passkey", "--lengths", "128,256", "--depths", "0,1", "--samples", "2",
+            "--scaling", "none,dynamic_yarn", "--json", str(out), "--threads", "1"]
+    assert lengen_eval.main(argv) == 0
+    data = json.loads(out.read_text())
+    base, dynamic = data["models"]
+    assert data["task"] == "passkey" and dynamic["model"].endswith("dynamic YaRN")
+    assert [(p["answer"], p["logprob"]) for c in base["cells"] for p in c["prompts"]] == \
+        [(p["answer"], p["logprob"]) for c in dynamic["cells"] for p in c["prompts"]]
+    assert capsys.readouterr().out.count("effective length (score > 0.5") == 2
