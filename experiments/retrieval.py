@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shlex
 import sys
 import time
 
@@ -351,10 +352,16 @@ def fit_worker(job: dict) -> dict:
     seeded by its own command line, so where it runs changes nothing."""
     out = os.path.join("runs", "retrieval", job["preset"], job["name"])
     print(f"[{time.time() - job['start']:5.0f} s] training {out}", file=sys.stderr, flush=True)
-    train_once(job["argv"] + ["--out", out, "--force", "--quiet", "--threads", str(job["threads"]), "--device",
-                             job["device"], "--eval-samples", "64"])
+    train_once(model_argv(job["preset"], job["name"], job["argv"]) + ["--force", "--quiet", "--threads",
+                                                                      str(job["threads"]), "--device", job["device"]])
     model, cfg = load_run(out)
     return {name: ANALYSES[name](model, cfg, job) for name in job["analyses"]}
+
+
+def model_argv(preset: str, name: str, argv: list[str]) -> list[str]:
+    """train.py's argv for one model, with its folder: what results/retrieval.json records as its command (the
+    run adds only --force, --quiet, --threads and --device, which change no number)."""
+    return argv + ["--out", os.path.join("runs", "retrieval", preset, name), "--eval-samples", "64"]
 
 
 def head_argv(encoding: str, k: int, seed: int, steps: int, *extra: str) -> list[str]:
@@ -632,6 +639,8 @@ def run(args) -> dict:
             "seeds": setup["seeds"], "steps": setup["steps"], "linear_steps": setup["linear_steps"], "train_max": hi,
             "controls": setup["controls"], "alibi_slope_heads": ALIBI_SLOPE_HEADS,
             "rope_planes": HEAD_DIM // 2, **collect(models, results)}
+    data["commands"] = {name: "python train.py " + shlex.join(model_argv(preset, name, argv))
+                        for _, _, name, argv, _ in models}
     data["sweep_summary"] = sweep_summary(data["sweep"])
     data["claims"] = claims(data)
     data["runtime_s"] = time.perf_counter() - start

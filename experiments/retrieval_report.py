@@ -160,6 +160,10 @@ def markdown(data: dict) -> str:
                      f"{fmt(s['participation_ratio'], '.1f')} |")
     lines += ["", "A side lobe above 0 means some offset never trained gets a higher logit than the target.",
               "Figure: `results/retrieval.png`; every number: `results/retrieval.json`.", ""]
+    if "commands" in data:  # results written before the commands were recorded have none
+        lines += [f"## Every model's train.py command ({len(data['commands'])})", "", "<details><summary>each "
+                  "trains one model alone, bit for bit, into its folder under runs/retrieval</summary>", "",
+                  "```", *data["commands"].values(), "```", "", "</details>", ""]
     return "\n".join(lines)
 
 

@@ -154,3 +154,25 @@ def test_the_linear_control_trains_longer_than_the_softmax_heads_and_alone_does(
     linear = [labels for _, labels, *_ in exp.planned_models(setup)
               if isinstance(labels, dict) and labels.get("attention") == "linear"]
     assert {labels["offset"] for labels in linear} == {setup["offsets"][0]} and len(linear) == len(setup["seeds"])
+
+
+def test_a_recorded_command_retrains_its_model_bit_for_bit(tmp_path, monkeypatch):
+    """results/retrieval.json's commands (issue 51): each trains its model alone into the same weights as the
+    experiment's worker, which adds --force, --quiet, --threads and --device. Bug caught (planted, watched
+    failing): the recorded command missing a flag the worker passes (--eval-samples), so the two runs differ."""
+    import shlex
+    import train
+    monkeypatch.chdir(tmp_path)
+    _, _, name, argv, _ = E.planned_models(E.PRESETS["quick"])[0]
+    argv = [("30" if prev == "--steps" else a) for prev, a in zip([""] + argv, argv)]  # a short one
+    E.fit_worker({"preset": "quick", "name": name, "argv": argv, "analyses": [], "threads": 1, "device": "cpu",
+                  "start": 0.0})
+    command = "python train.py " + shlex.join(E.model_argv("quick", name, argv))
+    again = shlex.split(command)[2:]
+    again[again.index("--out") + 1] = "again"
+    train.run(again + ["--quiet", "--threads", "1"])
+    worker = torch.load(tmp_path / "runs" / "retrieval" / "quick" / name / "checkpoint.pt", weights_only=False)
+    alone = torch.load(tmp_path / "again" / "checkpoint.pt", weights_only=False)
+    assert worker["model"].keys() == alone["model"].keys()
+    assert all(torch.equal(worker["model"][k], alone["model"][k]) for k in worker["model"])
+    assert json.load(open(tmp_path / "again" / "config.json"))["eval_samples"] == 64
