@@ -423,7 +423,8 @@ def test_readme_quotes_results_exactly():
 
 # The docs page that explains each experiment, and the experiment it quotes.
 DOC_RESULTS = {"docs/randomized-yarn.md": ("ryarn", "ryarn-probe", "ryarn-pretrained-length"),
-               "docs/distance.md": ("distance",), "docs/llm.md": ("llm", "passkey-grid"), "docs/every-encoding.md": ("encodings",),
+               "docs/distance.md": ("distance",), "docs/llm.md": ("llm", "passkey-grid"),
+               "docs/every-encoding.md": ("encodings",),
                "docs/why-rope-extrapolates.md": ("retrieval",)}
 # Sections with this heading tell how the design was chosen: they quote earlier designs' results from older
 # commits, which the current results no longer hold, so their numbers are not checked.
