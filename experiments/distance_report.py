@@ -84,7 +84,7 @@ def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
           f"| steps x batch | 40K x 64 | {training_text(setup)}, x {setup['batch']} |",
           "| lr, warm-up, weight decay | 3e-4, 3K, 0.05 (AdamW) | "
           f"{setup['lr']:g}, {setup['warmup']}, {setup['wd']:g} (AdamW, "
-          "cosine decay to a tenth over the cap) |",
+          "cosine decay to a tenth over the " + ("budget) |" if "budget" in setup else "cap) |"),
           "| loss mask | R tokens, control tokens, first 18 positions | everything but reproduced tokens whose "
           "source lies inside the window (exact, instead of the first 18) |",
           f"| seeds | best of 5 | (A) {setup['seeds']}, size {setup['size_seeds']}, (B) {setup['diversity_seeds']}, "
