@@ -591,13 +591,16 @@ def progress(run_dir: str, cfg: RunConfig) -> str:
     """Where an unfinished run's checkpoint stands ('' once it took every step, or stopped at its --fit-bar)."""
     ckpt = load_checkpoint(run_dir)
     step, fit = ckpt["step"], ckpt.get("fit")
+
+    def stopped(record) -> bool:  # at the bar at this step, and a run that stops there (not --no-fit-stop)
+        return isinstance(record, dict) and record.get("steps_to_fit") == step and record.get("stop", True)
     try:
-        fitted = read_fit(run_dir).get("steps_to_fit") == step
-    except (UsageError, AttributeError):  # no --fit-bar, or not a fit record
+        fitted = stopped(read_fit(run_dir))
+    except UsageError:  # no --fit-bar
         fitted = False
     # the checkpoint keeps the fit record too (train.py saves it with every checkpoint): fit.json gone, or never
     # written, a run that stopped at its bar is still finished
-    fitted = fitted or (isinstance(fit, dict) and fit.get("steps_to_fit") == step)
+    fitted = fitted or stopped(fit)
     if step >= cfg.steps or fitted:
         return ""
     return f" (unfinished: its checkpoint is at step {step} of {cfg.steps}; train.py --resume --out RUN goes on)"

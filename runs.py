@@ -118,8 +118,10 @@ class RunConfig:
     device: str
     threads: int | None                 # torch CPU threads (CPU results depend on it: saved)
     compile: bool = False               # torch.compile the training forward
-    fit_bar: float | None = None        # stop once held-out accuracy at train_len's HIGH reaches it (fit.json)
+    fit_bar: float | None = None        # the fit check's bar: held-out accuracy at train_len's HIGH (fit.json)
     fit_every: int = 100                # steps between fit checks
+    fit_stop: bool = True               # stop at the first check that reaches the bar (False: train every step)
+    fit_far: int | None = None          # each fit check also measures here, beyond training: a length or a delay
     alibi_slope_heads: int | None = None  # ALiBi: take the slopes the paper gives this many heads (lengen.ALiBi)
     # how this command runs it, never saved: a resumed run takes them afresh
     quiet: bool = False
@@ -142,9 +144,13 @@ RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig)
 CHECKPOINT_KEYS = ("model", "optimizer", "step", "data_rng", "position_rng", "torch_rng")
 
 
-def fit_record(bar: float | None, every: int) -> dict:
-    """A fit record as fit.json holds it (read_fit), before its first check; the same for both kinds of run."""
-    return {"bar": bar, "every": every, "checks": [], "steps_to_fit": None}
+def fit_record(bar: float | None, every: int, stop: bool = True, far: int | None = None) -> dict:
+    """A fit record as fit.json holds it (read_fit), before its first check; the same for both kinds of run.
+    With far (a small GPT's --fit-far), "far" holds where the out-of-range check measures and its checks."""
+    fit = {"bar": bar, "every": every, "stop": stop, "checks": [], "steps_to_fit": None, "first_fit": None}
+    if far is not None:
+        fit["far"] = {"at": far, "checks": []}
+    return fit
 
 
 def fit_due(fit: dict, step: int, steps: int) -> bool:
@@ -152,12 +158,20 @@ def fit_due(fit: dict, step: int, steps: int) -> bool:
     return bool(fit["bar"]) and (step % fit["every"] == 0 or step == steps)
 
 
-def record_fit(fit: dict, step: int, accuracy: float) -> dict:
-    """One check into the record: steps_to_fit is the step once the bar is reached (the training loop stops
-    there). Returns the check's log line."""
+def record_fit(fit: dict, step: int, accuracy: float, far: float | None = None) -> dict:
+    """One check into the record: steps_to_fit is this check's step when it reached the bar, None when not (a
+    run that stops at the bar stops there; one trained every step is judged by its last check); first_fit
+    keeps the first step at the bar. far: the out-of-range accuracy of the same check (--fit-far). Returns
+    the check's log line."""
     fit["checks"].append([step, round(accuracy, 4)])
     fit["steps_to_fit"] = step if accuracy >= fit["bar"] else None
-    return {"step": step, "fit_accuracy": round(accuracy, 4)}
+    if fit.get("first_fit") is None:  # .get: a record from before first_fit was kept
+        fit["first_fit"] = fit["steps_to_fit"]
+    line = {"step": step, "fit_accuracy": round(accuracy, 4)}
+    if far is not None:
+        fit["far"]["checks"].append([step, round(far, 4)])
+        line["far_accuracy"] = round(far, 4)
+    return line
 
 
 def check_fit_flags(args, parser) -> None:
@@ -169,11 +183,17 @@ def check_fit_flags(args, parser) -> None:
         raise UsageError(f"--fit-bar {args.fit_bar:g}: an accuracy in (0, 1]")
     if args.fit_bar is None and args.fit_every != parser.get_default("fit_every"):
         raise UsageError(f"--fit-every {args.fit_every} sets how often the fit check runs: give --fit-bar with it")
+    for flag in ("fit_stop", "fit_far"):  # a small GPT's (--llm refuses them)
+        if args.fit_bar is None and getattr(args, flag, None) != parser.get_default(flag):
+            name = "--no-fit-stop" if flag == "fit_stop" else "--fit-far"
+            raise UsageError(f"{name} belongs to the fit check: give --fit-bar with it")
 
 
 def read_fit(run_dir: str) -> dict:
-    """The fit record (fit.json) of a run trained with train.py --fit-bar: {"bar", "every", "checks": [[step,
-    accuracy], ...], "steps_to_fit": the step that reached the bar, or None}."""
+    """The fit record (fit.json) of a run trained with train.py --fit-bar: {"bar", "every", "stop", "checks":
+    [[step, accuracy], ...], "steps_to_fit": the last check's step if it reached the bar, else None,
+    "first_fit": the first step at the bar, and with --fit-far "far": {"at": N, "checks": [[step, accuracy],
+    ...]}} (records written before issue 51 lack stop, first_fit and far)."""
     try:
         with open(os.path.join(run_dir, "fit.json"), encoding="utf-8") as f:
             return json.load(f)

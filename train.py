@@ -156,11 +156,46 @@ def fit_accuracy(model: lengen.GPT, cfg: RunConfig) -> float:
     return accuracy
 
 
+# The out-of-range check (--fit-far) is a curve over training, not a result: few sequences keep it cheap, and
+# they come from the fit check's own seed.
+FAR_SAMPLES = 64
+
+
+def far_task(cfg: RunConfig, far: int) -> tuple[str, int, dict, int]:
+    """What --fit-far measures, as (task, length, options, score_from): a delay task at delay `far` in its
+    training window (a mixed_copy model on its C episodes alone, the task it shares with a delay_copy model, as
+    Paper D measures transfer); any other task at `far` tokens, scoring only the answers at index >= the
+    longest training length (those no training sequence reached)."""
+    if "delays" not in cfg.task_options:
+        return cfg.task, far, cfg.task_options, cfg.train_len[1]
+    task = "delay_copy" if cfg.task == "mixed_copy" else cfg.task
+    options = {k: v for k, v in cfg.task_options.items() if k != "selective_delays"}
+    return task, cfg.train_len[1], {**options, "delays": (far,)}, 0
+
+
+def far_accuracy(model: lengen.GPT, cfg: RunConfig) -> float:
+    """Accuracy on FAR_SAMPLES held-out sequences out of range (far_task), with the run's own positions."""
+    model.eval()
+    task, length, options, score_from = far_task(cfg, cfg.fit_far)
+    widest = cfg.curriculum[1] if cfg.curriculum else cfg.max_position
+    accuracy = evaluate(model, task, length, options, FAR_SAMPLES, seed=FIT_SEED, device=cfg.device,
+                        positions=cfg.positions, max_position=widest, score_from=score_from)["accuracy"]
+    model.train()
+    return accuracy
+
+
 def check_fit(model: lengen.GPT, cfg: RunConfig, fit: dict, step: int, run: RunFolder) -> None:
     """With --fit-bar, every --fit-every steps and at the last: the fit check, recorded in fit and the log;
-    fit["steps_to_fit"] is the step once the bar is reached (the training loop stops there)."""
+    fit["steps_to_fit"] is the step when this check reached the bar (the training loop stops there, unless
+    --no-fit-stop). With --fit-far, the same check measures out of range too."""
     if fit_due(fit, step, cfg.steps):
-        run.log(record_fit(fit, step, fit_accuracy(model, cfg)))
+        far = far_accuracy(model, cfg) if cfg.fit_far is not None else None
+        run.log(record_fit(fit, step, fit_accuracy(model, cfg), far))
+
+
+def stops(cfg: RunConfig, fit: dict) -> bool:
+    """Whether training ends here, before --steps: the fit check reached the bar, and the run stops there."""
+    return cfg.fit_stop and fit["steps_to_fit"] is not None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -177,7 +212,7 @@ def train(cfg: RunConfig, on_step=None) -> lengen.GPT:
     optimizer = make_optimizer(model, cfg)
     data_rng = torch.Generator().manual_seed(cfg.seed + 1)      # lengths and batches
     position_rng = torch.Generator().manual_seed(cfg.seed + 2)  # position ids
-    step, fit = 0, fit_record(cfg.fit_bar, cfg.fit_every)
+    step, fit = 0, fit_record(cfg.fit_bar, cfg.fit_every, cfg.fit_stop, cfg.fit_far)
     if cfg.resume:
         step, fit = restore(cfg.out, model, optimizer, data_rng, position_rng, fit)
     with RunFolder(cfg.out, cfg.saved(), cfg.resume, cfg.force) as run, \
@@ -185,7 +220,7 @@ def train(cfg: RunConfig, on_step=None) -> lengen.GPT:
         model.train()
         forward = torch.compile(model) if cfg.compile else model  # same parameters, fused kernels
         tick, tokens = time.perf_counter(), 0
-        while step < cfg.steps and fit["steps_to_fit"] is None:
+        while step < cfg.steps and not stops(cfg, fit):
             x, y, mask, positions = draw_batch(cfg, step, data_rng, position_rng)
             if on_step:
                 on_step(step, x, positions)
@@ -201,7 +236,7 @@ def train(cfg: RunConfig, on_step=None) -> lengen.GPT:
                 bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.2f}", tok_s=f"{rate:,.0f}")
             bar.update(1)
             check_fit(model, cfg, fit, step, run)
-            if step % cfg.save_every == 0 or step == cfg.steps or run.stop or not run.started or fit["steps_to_fit"]:
+            if step % cfg.save_every == 0 or step == cfg.steps or run.stop or not run.started or stops(cfg, fit):
                 run.save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
                                      "fit": fit, "data_rng": data_rng.get_state(),
                                      "position_rng": position_rng.get_state(), "torch_rng": torch.get_rng_state()})
@@ -404,6 +439,12 @@ def add_run_arguments(run) -> None:
                      help="stop once accuracy on held-out sequences at the longest training length reaches ACC "
                           "(checked every --fit-every steps; fit.json records when)")
     run.add_argument("--fit-every", type=int, default=100, metavar="K", help="steps between fit checks (default 100)")
+    run.add_argument("--fit-stop", action=argparse.BooleanOptionalAction, default=True,
+                     help="stop at the first fit check that reaches --fit-bar (default); --no-fit-stop trains every "
+                          "--steps and judges the fit by the last check (an equal budget for models compared)")
+    run.add_argument("--fit-far", type=int, default=None, metavar="N",
+                     help="each fit check also measures out of range: at N tokens (answers beyond the training "
+                          "length), or for a delay task at delay N (fit.json's far)")
     run.add_argument("--eval-samples", type=int, default=256,
                      help="sequences per length in the final table (0: no final table)")
     run.add_argument("--quiet", action="store_true", help="no progress bar, no table")
@@ -438,6 +479,7 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> RunCon
     check_memory(cfg.dim, cfg.vocab_size, cfg.batch * hi, f"a batch of {cfg.batch} x {hi} tokens", cfg.device)
     for n in cfg.train_len:  # the task fits every training length
         tasks.make_batch(cfg.task, 1, n, torch.Generator(), **cfg.task_options)
+    check_far(cfg)
     lengen.GPT(model_config(cfg))  # the model is buildable: bad combinations fail here, before anything is written
     cfg.out = cfg.out or os.path.join("runs", default_name(cfg))
     return cfg
@@ -514,6 +556,30 @@ def check_numbers(cfg: RunConfig) -> None:
                          f"{'|'.join(s for s in lengen.SCALINGS if s != 'none')} with it")
     if cfg.original_len < 1:
         raise UsageError(f"--original-len {cfg.original_len}: the length a model was trained at is >= 1")
+
+
+def check_far(cfg: RunConfig) -> None:
+    """--fit-far: a place the check can measure beyond training (far_task), refused before the first step rather
+    than at the first check: a length past the training length that the positions and the task can hold, or a
+    delay the training window holds."""
+    if cfg.fit_far is None:
+        return
+    task, length, options, score_from = far_task(cfg, cfg.fit_far)
+    widest = cfg.curriculum[1] if cfg.curriculum else cfg.max_position
+    if "delays" not in cfg.task_options and cfg.fit_far <= cfg.train_len[1]:
+        raise UsageError(f"--fit-far {cfg.fit_far}: a length beyond the training length {cfg.train_len[1]}")
+    if cfg.encoding == "learned" and length > cfg.max_len:
+        raise UsageError(f"--fit-far {cfg.fit_far} is beyond the learned table's {cfg.max_len} rows (raise --max-len)")
+    if cfg.positions != "contiguous" and length > widest:
+        raise UsageError(f"--fit-far {cfg.fit_far}: {length} distinct position ids need a range of at least "
+                         f"{length}, not {widest}")
+    check_memory(cfg.dim, cfg.vocab_size, length, f"--fit-far {cfg.fit_far}", cfg.device)
+    try:
+        x, _, mask = tasks.make_batch(task, 1, length, torch.Generator(), **options)
+    except ValueError as e:
+        raise UsageError(f"--fit-far {cfg.fit_far}: {e}") from None
+    if not mask[:, score_from:].any():
+        raise UsageError(f"--fit-far {cfg.fit_far}: {task} has no answer beyond the training length there")
 
 
 def check_weights(cfg: RunConfig) -> None:

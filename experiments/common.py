@@ -553,12 +553,15 @@ def finite_number(x) -> bool:
 
 def fit_of(argv: list[str]) -> dict:
     """A probe's model: train.py's argv (with --fit-bar) trained, or reused (train_once), and how it fitted: the
-    step it reached the bar (None: not within --steps) and the last check, [step, accuracy]. Nothing beyond
-    the training length is measured: a probe plans which cells a run can afford, never by their results. cpu_s:
-    what its training took, when it was trained (train_once's record, so a reused model's too)."""
+    step its last check reached the bar (None: it did not), the last check, [step, accuracy], and, from a run
+    trained every step (--no-fit-stop), the first step at the bar and every check, the in-range curve a budget
+    is planned from. Nothing beyond the training length is measured: a probe plans which cells a run can
+    afford, never by their results. cpu_s: what its training took, when it was trained (train_once's record,
+    so a reused model's too)."""
     trained = train_once(argv)
     fit = read_fit(trained["run"])
-    return {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1], "cpu_s": trained["cpu_s"]}
+    through = {"first_fit": fit["first_fit"], "checks": fit["checks"]} if fit.get("stop") is False else {}
+    return {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1], **through, "cpu_s": trained["cpu_s"]}
 
 
 def probe(cells: list[tuple[str, str, list[str]]], args, setup: dict, bar=None) -> dict:
@@ -644,9 +647,13 @@ def cpu_per_step(probe: dict) -> float:
 
 
 def probe_cell(fit: dict) -> str:
-    """A probe's table cell: '1400' (steps to fit), or '0.63 at 4000' (did not fit: the last check's accuracy)."""
+    """A probe's table cell: '1400' (steps to fit, where the model stopped there), or '0.63 at 4000' (did not
+    fit: the last check's accuracy); a model trained every step (it has first_fit) shows its last check and,
+    where it reached the bar, the first step it did: '0.99 at 6000, bar at 1400'."""
     step, accuracy = fit["last"]
-    return str(fit["steps_to_fit"]) if fitted(fit) else f"{accuracy:.2f} at {step}"
+    if "first_fit" not in fit:
+        return str(fit["steps_to_fit"]) if fitted(fit) else f"{accuracy:.2f} at {step}"
+    return f"{accuracy:.2f} at {step}" + (f", bar at {fit['first_fit']}" if fit["first_fit"] else "")
 
 
 def probe_cost(data: dict) -> str:
@@ -664,6 +671,23 @@ def probe_table(fits: dict[str, dict[str, dict]], rows: list[str], first: str) -
     out += [f"| {row} | " + " | ".join(probe_cell(fits[c][row]) for c in columns) + " |" for row in rows]
     counts = {c: sum(fitted(fits[c][row]) for row in rows) for c in columns}
     return out + ["", "Fitted: " + "; ".join(f"{c} {n} of {len(rows)}" for c, n in counts.items()) + "."]
+
+
+def last_stretch(fit: dict) -> str:
+    """A probe model's accuracy in range over the last quarter of its checks (one trained every step: it has
+    them all): '0.95 -> 0.99 (+0.04)'."""
+    checks = fit["checks"]
+    start = checks[min(len(checks) - 1, (3 * len(checks)) // 4)][1]
+    return f"{start:.2f} -> {checks[-1][1]:.2f} ({checks[-1][1] - start:+.2f})"
+
+
+def probe_stretch_table(fits: dict[str, dict[str, dict]], rows: list[str], first: str) -> list[str]:
+    """fits[column][row]'s last stretch (last_stretch) as a markdown table, with what a budget is planned from:
+    a budget suffices for a model whose accuracy in range is flat over its last stretch."""
+    columns = list(fits)
+    return ["In range over the last quarter of training, from the check at three quarters to the last: flat where "
+            "the budget suffices.", "", f"| {first} | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns),
+            *(f"| {row} | " + " | ".join(last_stretch(fits[c][row]) for c in columns) + " |" for row in rows)]
 
 
 def usable_jobs(jobs: int, items: int, threads: int = 1) -> int:

@@ -12,7 +12,8 @@ import argparse
 import re
 
 from eval import plot_curves
-from experiments.common import (ALIBI_SLOPE_HEADS, cpu_per_step, fmt, line_styles, probe_cell, probe_cost, probe_table,
+from experiments.common import (ALIBI_SLOPE_HEADS, cpu_per_step, fmt, line_styles, probe_cell, probe_cost, probe_stretch_table,
+                                probe_table,
                                 seed_curve, spread, wrapped)
 from experiments.distance import (DISTANCE_ENCODINGS, PAPER_D_FINDINGS, PRESETS, TRANSFER_MARGIN, claims, model_argv,
                                   planned_models, probe_row, size_name)
@@ -80,11 +81,10 @@ def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
           f"| sizes in the size sweep (layers x width) | smaller than 8 x 512 (sizes not in our sources) | "
           f"{', '.join(size_name(s) for s in setup['sizes'])} |",
           "| MLP, dropout | ReLU, 0.1 | GELU, none (lengen's GPT; train.py has no dropout flag) |",
-          f"| steps x batch | 40K x 64 | until it fits (>= {FIT_BAR} on held-out windows at its training delays, "
-          f"checked every {setup['every']} steps) or {setup['steps']}, x {setup['batch']} |",
+          f"| steps x batch | 40K x 64 | {training_text(setup)}, x {setup['batch']} |",
           "| lr, warm-up, weight decay | 3e-4, 3K, 0.05 (AdamW) | "
           f"{setup['lr']:g}, {setup['warmup']}, {setup['wd']:g} (AdamW, "
-          "cosine decay to a tenth over the cap) |",
+          "cosine decay to a tenth over the " + ("budget) |" if "budget" in setup else "cap) |"),
           "| loss mask | R tokens, control tokens, first 18 positions | everything but reproduced tokens whose "
           "source lies inside the window (exact, instead of the first 18) |",
           f"| seeds | best of 5 | (A) {setup['seeds']}, size {setup['size_seeds']}, (B) {setup['diversity_seeds']}, "
@@ -103,6 +103,25 @@ def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
     return md
 
 
+def budget_text(setup: dict) -> str:
+    """'6000 steps' when every task has that budget, else each task's: 'delay_copy 6000, mixed_copy 8000'."""
+    steps = setup["budget"]
+    if len(set(steps.values())) == 1:
+        return f"{next(iter(steps.values()))} steps"
+    return ", ".join(f"{task} {n}" for task, n in steps.items()) + " steps"
+
+
+def training_text(setup: dict) -> str:
+    """How long each model trained: its task's budget, whatever its encoding (issue 51), or, in results recorded
+    before it, until it fitted or the cap."""
+    if "budget" not in setup:
+        return (f"until it fits (>= {FIT_BAR} on held-out windows at its training delays, checked every "
+                f"{setup['every']} steps) or {setup['steps']}")
+    return (f"{budget_text(setup)} for every model, whatever its encoding; fitted: >= {FIT_BAR} on held-out windows "
+            f"at its training delays at the last step (checked every {setup['every']} steps, the curves over "
+            "training)")
+
+
 def design_section(data: dict) -> list[str]:
     """How the default was planned: its probe's table (results/distance-probe.json, copied into the results when
     the run began) and what was read from it (plan)."""
@@ -111,7 +130,9 @@ def design_section(data: dict) -> list[str]:
     probe, setup = data["probe"], data["settings"]
     rows = [probe_row(e, s) for e in DISTANCE_ENCODINGS for s in probe["settings"]["sizes"]]
     return ["\n## How this design was chosen\n", "Before the run, from `results/distance-probe.md`: seed 0 of "
-            f"(A)'s models at every size, trained until it fits its band or {probe['settings']['steps']} steps; "
+            "(A)'s models at every size, trained " + (f"{budget_text(probe['settings'])} each" if "budget" in
+                                                      probe["settings"] else "until it fits its band or "
+                                                      f"{probe['settings']['steps']} steps") + "; "
             "nothing outside the band measured. " + probe_cost(probe) + "\n",
             *probe_table(probe["fits"], rows, "model"),
             "", plan(probe, setup) + " " + full_cost(probe, setup)]
@@ -131,9 +152,10 @@ def full_cost(probe: dict, setup: dict) -> str:
     full = PRESETS["full"]
     models = len(list(planned_models(full)))
     per_step = cpu_per_step(probe) * step_flops(full) / step_flops(setup)
+    steps = max(full["budget"].values())
     return (f"`--full` ({models} models at {full['layers']} x {full['width']}, window {full['window']}, up to "
-            f"{full['steps']:,} steps each) is a GPU's job: by FLOPs a step there is "
-            f"{step_flops(full) / step_flops(setup):,.0f}x one here, about {per_step * full['steps'] / 3600:,.0f} "
+            f"{steps:,} steps each) is a GPU's job: by FLOPs a step there is "
+            f"{step_flops(full) / step_flops(setup):,.0f}x one here, about {per_step * steps / 3600:,.0f} "
             "CPU-hours a model at the probe's measured cost per step (on the high side: a tiny model's step carries "
             "overheads a large one amortises).")
 
@@ -141,22 +163,28 @@ def full_cost(probe: dict, setup: dict) -> str:
 def plan(probe: dict, setup: dict) -> str:
     """What the default took from its probe: one cap for every model, which of the probe's sizes the size sweep
     leaves out, and which encodings (B) and (C) leave out, and why (the probe's numbers at (A)'s size)."""
-    fits, main, cap = probe["fits"], size_name((setup["layers"], setup["width"])), setup["steps"]
+    fits, main = probe["fits"], size_name((setup["layers"], setup["width"]))
+    cap = setup["budget"]["delay_copy"] if "budget" in setup else setup["steps"]
     cell = {t: {e: fits[t][probe_row(e, (setup["layers"], setup["width"]))] for e in DISTANCE_ENCODINGS}
             for t in fits}
     why = "; ".join(f"{t}: " + ", ".join(f"{e} {probe_cell(c)}" for e, c in by.items()) for t, by in cell.items())
-    text = (f"At (A)'s size, {main}, the probe's steps to fit (or the last check) were {why}. Every model trains "
-            f"to the same cap, {cap} steps, and stops as soon as it fits: (A) and the size sweep train every "
-            "encoding, including the cells that did not fit in the probe (the size question is about exactly that).")
+    text = f"At (A)'s size, {main}, the probe's steps to fit (or the last check) were {why}. " + (
+        f"Every model trains to the same cap, {cap} steps, and stops as soon as it fits" if "budget" not in setup
+        else f"Every model of a task trains the same budget, {budget_text(setup)}, whatever its encoding, and is "
+             "judged at its last step") + (": (A) and the size sweep train every encoding, including the cells "
+                                          "that did not fit in the probe (the size question is about exactly that).")
+
+    def first(c):  # the first step at the bar of a model that fitted (a probe of the budget: at its end)
+        return c.get("first_fit", c["steps_to_fit"]) if c["steps_to_fit"] is not None else None
 
     def slower(e, kept):  # (B) is delay copy alone
-        steps = cell["delay_copy"][e]["steps_to_fit"]
-        others = max(cell["delay_copy"][k]["steps_to_fit"] or cap for k in kept)
+        steps = first(cell["delay_copy"][e])
+        others = max(first(cell["delay_copy"][k]) or cap for k in kept)
         return (f"{e} fitted delay copy in {steps} steps, against at most {others} for the others (cut for time)"
                 if steps else f"{e} did not fit delay copy within {cap} steps on the probe's seed")
 
     def unfit_s(e, kept):  # (C)'s mixed model learns selective copy too
-        steps = cell["selective_copy"][e]["steps_to_fit"]
+        steps = first(cell["selective_copy"][e])
         if steps is None:
             return f"{e} did not fit selective copy within {cap} steps on the probe's seed, and (C)'s mixed model " \
                    "learns it too"
@@ -190,17 +218,29 @@ def verdicts_section(data: dict) -> list[str]:
 
 
 def fitted_at(result: dict) -> str:
-    """Each seed's step to fit its band, '—' where it did not within the cap: '2600, —, 3100'."""
+    """Each seed's in-range accuracy at its last step, the fit check's, marked where it is below the bar: '0.99,
+    0.87 (unfit)'; in results recorded before issue 51, each seed's step to fit, '—' where it did not within
+    the cap: '2600, —, 3100'."""
+    if "fit_at_end" in result:
+        return ", ".join(f"{a:.2f}" + ("" if s is not None else " (unfit)")
+                         for a, s in zip(result["fit_at_end"], result["steps_to_fit"]))
     return ", ".join("—" if s is None else str(s) for s in result["steps_to_fit"])
+
+
+def fitted_header(setup: dict) -> str:
+    """fitted_at's column: the in-range accuracy every model ended at, or (before issue 51) the step it fitted."""
+    return "in range at the end (fit check)" if "budget" in setup else "fitted at"
 
 
 def size_section(data: dict) -> list[str]:
     setup = data["settings"]
+    fitted = ("at the end: each seed's fit check after its budget, marked (unfit) below the bar" if "budget" in setup
+              else f"fitted: the seeds whose model reached the bar, and at which step (— not within the cap of "
+                   f"{setup['steps']})")
     md = ["## Size\n", f"Paper D: {PAPER_D_FINDINGS['size']}. Here: C trained on {span(setup['band'])}, "
           f"{setup['size_seeds']} seed(s) at each size (layers x width). In range: mean accuracy over the training "
-          "band (mean ± sd over seeds); fitted: the seeds whose model reached the bar, and at which step (— not "
-          f"within the cap of {setup['steps']}).\n",
-          "| size | " + " | ".join(f"{e} in range | {e} fitted at" for e in DISTANCE_ENCODINGS) + " |",
+          f"band (mean ± sd over seeds); {fitted}.\n",
+          "| size | " + " | ".join(f"{e} in range | {e} {fitted_header(setup)}" for e in DISTANCE_ENCODINGS) + " |",
           "|---:|" + "---:|" * 2 * len(DISTANCE_ENCODINGS)]
     for name, runs in data["size"].items():
         cells = [f"{fmt(runs[e]['in_mean'], form='sd')} | {fitted_at(runs[e])}" for e in DISTANCE_ENCODINGS]
@@ -215,7 +255,7 @@ def ordering_section(data: dict, task: str, label: str) -> list[str]:
     shown = sorted({0, lo - 1, lo, hi, hi + 1, 2 * hi, 3 * hi, 4 * hi} & set(range(setup["top"] + 1)))
     md = [f"## ({label})\n", f"Paper D: {PAPER_D_FINDINGS[label]}. Here: trained on {span(setup['band'])}, "
           f"{setup['seeds']} seed(s) per encoding; mean ± sd over seeds, and the best seed.\n",
-          "| encoding | fitted at | in range | out-of-range sum | best seed: in range, out-of-range sum | " +
+          f"| encoding | {fitted_header(setup)} | in range | out-of-range sum | best seed: in range, out-of-range sum | " +
           " | ".join(f"d={d}" for d in shown) + " |", "|---|---|---:|---:|---:|" + "---:|" * len(shown)]
     for e in DISTANCE_ENCODINGS:
         r, b = runs[e], runs[e]["best_seed"]
@@ -225,18 +265,73 @@ def ordering_section(data: dict, task: str, label: str) -> list[str]:
     return md + verdict_block(data["verdicts"][label])
 
 
+def mean_curve(result: dict, key: str) -> tuple[list[int], list[float]]:
+    """An over_seeds result's curve over training, `key` "in_range" or "out_of_range": the steps of its checks
+    and the mean over seeds at each (every seed trains the same budget, so all are checked at the same steps)."""
+    curves = result["curves"]
+    return curves[0]["steps"], [spread(values)["mean"] for values in zip(*(c[key] for c in curves))]
+
+
+def first_at_bar(curve: dict) -> int | None:
+    """The index of the first check of a model's curve that reached the fit bar in range (None: none did)."""
+    return next((i for i, a in enumerate(curve["in_range"]) if a >= FIT_BAR), None)
+
+
+def rankings(runs: dict) -> str:
+    """The order of the encodings by mean out-of-range accuracy over training, each order with the step from
+    which it held: 'from step 100 alibi > nope > rope; from 1500 nope > alibi > rope'."""
+    steps = mean_curve(next(iter(runs.values())), "out_of_range")[0]
+    far = {e: mean_curve(r, "out_of_range")[1] for e, r in runs.items()}
+    out, last = [], None
+    for i, step in enumerate(steps):
+        order = " > ".join(sorted(far, key=lambda e: -far[e][i]))
+        if order != last:
+            out.append(f"from step {step} {order}")
+            last = order
+    return "; ".join(out)
+
+
+def curves_section(data: dict) -> list[str]:
+    """(A) over training (results from issue 51 on): per task and encoding, where its in-range accuracy ended,
+    when it first reached the bar, and its out-of-range accuracy then and at the end; and the order of the
+    encodings out of range at every check, so a reader sees whether a ranking holds across training or flips."""
+    setup = data["settings"]
+    if "budget" not in setup:
+        return []
+    md = ["## (A) over training\n", f"Every model trained {budget_text(setup)}; at every check (each "
+          f"{setup['every']} steps) its in-range accuracy (the fit check: held-out windows at its training delays) "
+          f"and its accuracy at delay {setup['top']}, out of range (64 windows, on C alone): the figure's last row. "
+          "Means over seeds; 'first at the bar': each seed's first check at the bar (— none).\n",
+          f"| task | encoding | in range at the end | first at the bar | at delay {setup['top']}: then | "
+          "at the end |", "|---|---|---:|---:|---:|---:|"]
+    for task, runs in data["A"].items():
+        for e, r in runs.items():
+            firsts = [first_at_bar(c) for c in r["curves"]]
+            when = ", ".join("—" if i is None else str(c["steps"][i]) for c, i in zip(r["curves"], firsts))
+            then = [c["out_of_range"][i] for c, i in zip(r["curves"], firsts) if i is not None]
+            end = [c["out_of_range"][-1] for c in r["curves"]]
+            md.append(f"| {task} | {e} | {fmt(r['fit_at_end'], form='sd')} | {when} | "
+                      f"{spread(then)['mean']:.2f} | {spread(end)['mean']:.2f} |" if then else
+                      f"| {task} | {e} | {fmt(r['fit_at_end'], form='sd')} | {when} | — | {spread(end)['mean']:.2f} |")
+    md.append("")
+    md += [f"Out of range over training, {task}: {rankings(runs)}." for task, runs in data["A"].items()]
+    return md + [""]
+
+
 def diversity_section(data: dict) -> list[str]:
     setup = data["settings"]
     md = ["## (B) Diversity\n", f"Paper D: {PAPER_D_FINDINGS['B']}. Here: C trained on [0, d_max], evaluated at "
           f"0..{setup['top']}; sums of accuracy over the delays inside and outside [0, d_max], "
           f"{setup['diversity_seeds']} seed(s).\n",
-          "| encoding | d_max | in-range sum | out-of-range sum | out / in | out-of-range mean |",
-          "|---|---:|---:|---:|---:|---:|"]
+          "| encoding | d_max | in-range sum | out-of-range sum | out / in | out-of-range mean |"
+          + (f" {fitted_header(setup)} |" if "budget" in setup else ""),
+          "|---|---:|---:|---:|---:|---:|" + ("---:|" if "budget" in setup else "")]
     for e, by_max in data["B"].items():
         for d_max, r in by_max.items():
             unseen = setup["top"] - d_max
             md.append(f"| {e} | {d_max} | {fmt(r['in_sum'], '.1f', 'sd')} | {fmt(r['out_sum'], '.1f', 'sd')} | "
-                      f"{fmt(r['ratio'], form='sd')} | {spread(r['out_sum'])['mean'] / unseen:.2f} |")
+                      f"{fmt(r['ratio'], form='sd')} | {spread(r['out_sum'])['mean'] / unseen:.2f} |"
+                      + (f" {fitted_at(r)} |" if "budget" in setup else ""))
     return md + verdict_block(data["verdicts"]["B"])
 
 
@@ -249,16 +344,21 @@ def transfer_section(data: dict) -> list[str]:
     md = ["## (C) Transfer\n", f"Paper D: {PAPER_D_FINDINGS['C']}. Here: mixed_copy trains C on "
           f"{span(setup['band'])} together with S on {span(setup['adjacent'])} (adjacent) or "
           f"{span(setup['separated'])} "
-          "(separated), half the episodes each; C alone is the (A) model with the same seed. Each trains until it "
-          "fits its own mix (the mixed model: C and S together) or the cap; both are measured on C. Cells: C's "
-          "mean accuracy change "
+          "(separated), half the episodes each; C alone is the (A) model with the same seed. "
+          + ("Each trains its task's budget and is judged on its own mix (the mixed model: C and S together) at "
+             "the end" if "budget" in setup else "Each trains until it fits its own mix (the mixed model: C and S "
+                                                 "together) or the cap")
+          + "; both are measured on C. Cells: C's mean accuracy change "
           f"(mixed minus alone) in each region, {setup['transfer_seeds']} seed(s).\n",
-          "| setting | encoding | C alone in range | C range | unseen (all) | below | between | S range | beyond |",
-          "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+          "| setting | encoding | C alone in range | C range | unseen (all) | below | between | S range | beyond |"
+          + (" fit check at the end: alone; mixed |" if "budget" in setup else ""),
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if "budget" in setup else "")]
     for setting, by_encoding in data["C"].items():
         for e, r in by_encoding.items():
             cells = [f"{r['regions'][n]:+.2f} ({sign(r['regions'][n])})" if n in r["regions"] else "—"
                      for n in ("C range", "unseen", "below", "between", "S range", "beyond")]
+            if "budget" in setup:
+                cells.append(f"{fitted_at(r['alone'])}; {fitted_at(r['mixed'])}")
             md.append(f"| {setting} | {e} | {spread(r['alone']['in_mean'])['mean']:.2f} | " + " | ".join(cells) + " |")
     return md + verdict_block(data["verdicts"]["C"])
 
@@ -286,24 +386,32 @@ def markdown(data: dict) -> str:
     md = setup_section(data, jobs, threads) + design_section(data) + verdicts_section(data) + size_section(data)
     md += ordering_section(data, "delay_copy", "A, delay copy") + ordering_section(data, "selective_copy",
                                                                                    "A, selective copy")
-    md += diversity_section(data) + transfer_section(data) + commands_section(data, threads)
+    md += curves_section(data) + diversity_section(data) + transfer_section(data) + commands_section(data, threads)
     return "\n".join(md) + "\n"
 
 
 def probe_markdown(data: dict) -> str:
-    """results/distance-probe.md: the probe's cost, what it trained, and its steps to fit (a table)."""
+    """results/distance-probe.md: the probe's cost, what it trained, and how each model fitted (a table); for a
+    probe of the budget (every model trained all its steps), also how its in-range accuracy moved over the last
+    quarter of training, what the default's budget is planned from."""
     setup = data["settings"]
     rows = [probe_row(e, s) for e in DISTANCE_ENCODINGS for s in setup["sizes"]]
+    budgeted = "budget" in setup
+    steps = budget_text(setup) if budgeted else f"{setup['steps']} steps"
     md = ["# Paper D's probe: steps to fit the training band, one seed a model", "", probe_cost(data), "",
           f"(A)'s models (window {setup['window']}, m {setup['m']}, {setup['symbols']} symbols, delays "
           f"{span(setup['band'])}, {setup['heads']} heads, lr {setup['lr']:g} with cosine decay over "
-          f"{setup['steps']} steps; ALiBi with the {ALIBI_SLOPE_HEADS}-head slopes) at every size of the sweep "
-          "(layers x width), seed 0, trained until "
-          f"accuracy >= {FIT_BAR} on held-out windows at the band's delays (checked every {setup['every']} steps) "
-          f"or {setup['steps']} steps; nothing outside the band is measured. Steps to fit, or the last check's "
-          "accuracy:", "", *probe_table(data["fits"], rows, "model"), "",
-          "Every model's train.py command: `results/distance-probe.json`."]
-    return "\n".join(md) + "\n"
+          f"{steps}; ALiBi with the {ALIBI_SLOPE_HEADS}-head slopes) at every size of the sweep "
+          "(layers x width), seed 0, trained " + (
+              f"every step of {steps}, its accuracy on held-out windows at the band's delays checked every "
+              f"{setup['every']} steps; nothing outside the band is measured. The last check's accuracy, and "
+              f"the first step at the bar ({FIT_BAR}):" if budgeted else
+              f"until accuracy >= {FIT_BAR} on held-out windows at the band's delays (checked every "
+              f"{setup['every']} steps) or {steps}; nothing outside the band is measured. Steps to fit, or the "
+              "last check's accuracy:"), "", *probe_table(data["fits"], rows, "model")]
+    if budgeted:
+        md += ["", *probe_stretch_table(data["fits"], rows, "model")]
+    return "\n".join(md + ["", "Every model's train.py command: `results/distance-probe.json`."]) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -347,6 +455,20 @@ def transfer_panel(ax, setup: dict, by_encoding: dict, setting: str, band: tuple
     ax.legend(fontsize=8)
 
 
+def over_training_panels(axes, setup: dict, part_a: dict) -> None:
+    """(A) over training: per task, in-range and out-of-range accuracy against the step, each encoding's mean
+    over seeds with a band of one sd, the bar drawn in the in-range panels."""
+    panels = [(task, key) for task in part_a for key in ("in_range", "out_of_range")]
+    for ax, (task, key) in zip(axes, panels):
+        curves = {e: seed_curve("step", r["curves"][0]["steps"], [c[key] for c in r["curves"]], band="sd")
+                  for e, r in part_a[task].items()}
+        plot_curves(ax, curves, "step", log_x=False, styles=STYLES)
+        if key == "in_range":
+            ax.axhline(FIT_BAR, color="black", lw=0.8, ls=":")
+        where = f"in range {span(setup['band'])}" if key == "in_range" else f"delay {setup['top']}"
+        ax.set_title(f"(A) {task.replace('_', ' ')} over training: {where}")
+
+
 def figure(data: dict):
     """Size, (A) for C and S, (B) out-of-range sum and ratio against d_max, (C) C's change per delay, and (A)'s
     best seed on C, as Paper D plots it. None for a probe's record (it has "fits"): it draws nothing."""
@@ -355,8 +477,12 @@ def figure(data: dict):
     setup, part_a = data["settings"], data["A"]
     band = (setup["band"][0] - 0.5, setup["band"][1] + 0.5)  # shade whole delays, so a one-delay band shows too
 
+    over_training = "budget" in setup  # results from issue 51 on: every model's curve over training
+
     def draw(plt):
-        fig, axes = plt.subplots(2, 4, figsize=(18, 8))
+        fig, axes = plt.subplots(3 if over_training else 2, 4, figsize=(18, 12 if over_training else 8))
+        if over_training:
+            over_training_panels(axes[2], setup, part_a)
         size_panel(axes[0, 0], setup, data["size"])
         for ax, task, label in ((axes[0, 1], "delay_copy", "(A) delay copy"),
                                 (axes[0, 2], "selective_copy", "(A) selective copy")):
@@ -374,7 +500,8 @@ def figure(data: dict):
         ax.legend(fontsize=8)
         fig.suptitle(f"Distance generalization (Paper D) at small scale: window {setup['window']}, m {setup['m']}, "
                      f"{setup['symbols']} symbols; (A)-(C) at {setup['layers']} layers x {setup['width']}; every "
-                     f"model trained until it fits or {setup['steps']} steps")
+                     "model trained " + (budget_text(setup) if over_training else f"until it fits or {setup['steps']} "
+                                                                                    "steps"))
         fig.tight_layout()
         return fig
 

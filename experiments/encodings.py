@@ -1,6 +1,6 @@
-"""Every encoding on algorithmic tasks, each model trained until it has learned its task at the training lengths
-(or a cap of steps), then measured up to 8L, with and without randomized positions: the comparison the published
-studies each make on a few encodings and their own tasks.
+"""Every encoding on algorithmic tasks, each model trained for its task's budget of steps, the same for every
+encoding, then measured up to 8L, with and without randomized positions: the comparison the published studies
+each make on a few encodings and their own tasks.
 
     python eval.py --experiment encodings --jobs 2 --threads 1     # results/encodings.{md,json,png}
 
@@ -9,13 +9,15 @@ randomized positions, on 15 algorithmic tasks; Kazemnejad et al. 2023 (arXiv 230
 bias, ALiBi, RoPE and absolute positions in decoder-only models; FIRE (arXiv 2310.04418) compares itself with
 NoPE, RoPE, ALiBi, KERPLE and T5's bias; xPos (arXiv 2212.10554) with RoPE. Here all nine encodings of
 lengen.py meet the same tasks, model, budget and seeds; the default trains the cells its probe (--probe, run
-first) saw fit within the probe's cap and that a comparison can pair with another such cell, and says which
-it left out.
+first) saw fit at the end of the probe's budget and that a comparison can pair with another such cell, and says
+which it left out.
 
 A claim about how a model behaves beyond its training length is only tested by models that learned the task
-at that length: one that did not is still learning, and its accuracy beyond L says how far training got. So
-every model trains until it fits or reaches the cap (train.py --fit-bar), and a claim is measured only on the
-models that fitted.
+at that length: one that did not is still learning, and its accuracy beyond L says how far training got. Nor
+is a model stopped the moment it learned the task comparable with one trained on (issue 51). So every model of
+a task trains the same budget whatever its encoding (train.py --no-fit-stop), fits when it is at the bar at
+the end, and a claim is measured only on the models that fitted; each logs its accuracy at L and at 8L over
+training (its curves).
 
 Read top to bottom: the setup; training and measuring one model (one job; the jobs are independent, so
 --jobs N runs them in N processes with identical results); the published findings as claims and the rule that
@@ -42,25 +44,39 @@ from runs import UsageError, read_fit
 # ---------------------------------------------------------------------------------------------------------
 
 # One model for all: train.py's defaults (2 heads, dim 64, batch 32, AdamW 1e-3 with warm-up and cosine decay
-# over the cap) at setup["layers"] layers, trained at lengths L/2..L until it fits, evaluated at 1, 2, 4 and 8 x L.
-# Fit: accuracy >= FIT_BAR on train.py's held-out fit sequences at L (a seed of their own, neither the training
-# stream nor the test set), checked every `every` steps, up to `cap` steps. The same rule for every model.
+# over the budget) at setup["layers"] layers, trained at lengths L/2..L for its task's budget, evaluated at 1, 2,
+# 4 and 8 x L. Fit: accuracy >= FIT_BAR on train.py's held-out fit sequences at L (a seed of their own, neither
+# the training stream nor the test set) at the last step; the same check every `every` steps, and one at 8L
+# (train.py --fit-far), draw the curves over training. The same rule for every model.
 #
 # Randomized positions follow Ruoss et al.'s protocol: in training AND at evaluation, each sequence's position
 # ids are a sorted random draw from [0, 8L), a range as long as the longest test length (at 8L the draw is every
 # id: contiguous). Their models always draw (the draw is part of the model); evaluating such a model with
 # contiguous ids instead would measure it on gaps it never saw, even at L.
 TASKS = ("copy", "reverse", "duplicate", "associative_recall", "retrieval", "shift", "latest_recall")
+
+
+def budget(steps: int) -> dict:
+    """The same number of steps for every task."""
+    return dict.fromkeys(TASKS, steps)
+
+
+# The default's training budget, in steps by task: every model of a task trains all of them, whatever its
+# encoding or positions. PLACEHOLDERS: equal to the cap the default stopped its models at before (8000 steps,
+# issue 51), until the probe's curves plan them: long enough that the slowest encoding a claim needs has its
+# accuracy at L flat over the last stretch.
+DEFAULT_BUDGET = budget(8000)
 PRESETS = {
-    "quick": dict(L=12, layers=2, cap=20, every=10, seeds=(0,), samples=16, tasks=("reverse", "shift")),
-    # the cells its probe saw fit within the probe's cap that a comparison can use (planned()), to twice that
-    # cap, on one task read by position (reverse) and one by content (latest_recall): with 4 seeds, what an hour
-    # on 2 cores affords (the probe predicts 89 CPU-min of training; all four tasks at 5 seeds, 206)
-    "default": dict(L=32, layers=4, cap=8000, every=100, seeds=(0, 1, 2, 3), samples=256,
+    "quick": dict(L=12, layers=2, budget=budget(20), every=10, seeds=(0,), samples=16, tasks=("reverse", "shift")),
+    # the cells its probe saw fit that a comparison can use (planned()), on one task read by position (reverse)
+    # and one by content (latest_recall): with 4 seeds, what an hour on 2 cores affords (the probe of the cap
+    # before issue 51 predicted 89 CPU-min of training; all four tasks at 5 seeds, 206)
+    "default": dict(L=32, layers=4, budget=DEFAULT_BUDGET, every=100, seeds=(0, 1, 2, 3), samples=256,
                     tasks=("reverse", "latest_recall")),
-    "full": dict(L=32, layers=4, cap=12000, every=100, seeds=(0, 1, 2, 3, 4), samples=512, tasks=TASKS),
-    # eval.py --experiment encodings --probe: one seed of every cell, at L only; the default is planned from it
-    "probe": dict(L=32, layers=4, cap=4000, every=100, seeds=(0,),
+    "full": dict(L=32, layers=4, budget=budget(12000), every=100, seeds=(0, 1, 2, 3, 4), samples=512, tasks=TASKS),
+    # eval.py --experiment encodings --probe: one seed of every cell, at L only, each trained its whole budget
+    # (its checks at L are the curve a budget is planned from); the default is planned from it
+    "probe": dict(L=32, layers=4, budget=budget(4000), every=100, seeds=(0,),
                   tasks=("reverse", "retrieval", "shift", "latest_recall")),
 }
 # latest_recall with three facts, one of them about another key: the answer is found by matching the key
@@ -111,12 +127,14 @@ def planned(setup: dict, probe: dict | None) -> list[tuple[str, str, str]]:
     return [(t, e, p) for t, e, p in cells if (t, label(e, p)) in used]
 
 
-def predicted_cpu_s(probe: dict, cells: list[tuple[str, str]], seeds: int) -> float:
-    """What the probe predicts the planned cells (task, row) cost to train: each cell's probe steps to fit, once
-    per seed, at the probe's CPU seconds per step. A seed slower than the probe's, and evaluation, add to it;
-    a cell of a task the probe did not measure adds nothing."""
-    steps = sum(probe["fits"][t][row]["steps_to_fit"] for t, row in cells if t in probe["fits"])
-    return steps * seeds * cpu_per_step(probe)
+def predicted_cpu_s(probe: dict, cells: list[tuple[str, str]], seeds: int, steps: dict | None = None) -> float:
+    """What the probe predicts the planned cells (task, row) cost to train, at its CPU seconds per step: each
+    cell's budget, steps[task], once per seed; without steps (a grid stopped at the bar, before issue 51),
+    each cell's probe steps to fit, a seed slower than the probe's adding to it. Evaluation adds to it too; a
+    cell of a task the probe did not measure adds nothing."""
+    trained = sum(steps[t] if steps else probe["fits"][t][row]["steps_to_fit"] for t, row in cells
+                  if t in probe["fits"])
+    return trained * seeds * cpu_per_step(probe)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -124,22 +142,28 @@ def predicted_cpu_s(probe: dict, cells: list[tuple[str, str]], seeds: int) -> fl
 # ---------------------------------------------------------------------------------------------------------
 
 
-def model_argv(task: str, encoding: str, positions: str, seed: int, setup: dict, root: str, device: str) -> list:
-    """The train.py command line of one model: what it trains with, and what results/encodings.json lists."""
+def model_argv(task: str, encoding: str, positions: str, seed: int, setup: dict, root: str, device: str,
+               far: bool = True) -> list:
+    """The train.py command line of one model: what it trains with, and what results/encodings.json lists. Its
+    task's whole budget (--no-fit-stop), checked at L every `every` steps and at the end, and, with far (all
+    but the probe, which measures nothing beyond L), at 8L too."""
     L = setup["L"]
     options = [word for flag, value in TASK_OPTIONS.get(task, {}).items() for word in (f"--{flag}", str(value))]
     slopes = ["--alibi-slope-heads", str(ALIBI_SLOPE_HEADS)] if encoding == "alibi" else []
     return ["--task", task, *options, "--encoding", encoding, *slopes, "--positions", positions,
             "--layers", str(setup["layers"]), "--train-len", f"{L // 2}:{L}",
-            "--steps", str(setup["cap"]), "--fit-bar", str(FIT_BAR), "--fit-every", str(setup["every"]),
-            "--seed", str(seed), "--device", device,
+            "--steps", str(setup["budget"][task]), "--fit-bar", str(FIT_BAR), "--fit-every", str(setup["every"]),
+            "--no-fit-stop", *(["--fit-far", str(MULTIPLES[-1] * L)] if far else []), "--seed", str(seed),
+            "--device", device,
             "--out", os.path.join(root, task, f"{encoding}-{positions}-s{seed}"), "--eval-samples", "0", "--force",
             "--quiet"]
 
 
 def train_and_measure(job: tuple) -> dict:
-    """Train one model with train.py's own code until it fits (or the cap), and return its accuracy at every
-    multiple of L with the positions it was trained with, and the step at which it fitted (None: did not).
+    """Train one model with train.py's own code for its task's budget, and return its accuracy at every multiple
+    of L with the positions it was trained with; from its fit record, whether it fitted (steps_to_fit: its last
+    step, None when not at the bar there), the steps it trained, its accuracy at L there (the fit check's) and
+    its curves over training (at L and at 8L).
     Beyond L only the answers at index >= L count (evaluate's score_from): shift answers at every index, and
     its answers below L are ones training reached. The same evaluation sequences for every model (evaluate
     draws them from one fixed seed)."""
@@ -152,8 +176,10 @@ def train_and_measure(job: tuple) -> dict:
     accuracy = [evaluate(model, task, m * setup["L"], cfg.task_options, setup["samples"], device=device,
                          positions=positions, max_position=cfg.max_position,
                          score_from=setup["L"] if m > 1 else 0)["accuracy"] for m in MULTIPLES]
+    curve = {"steps": [step for step, _ in fit["checks"]], "in_range": [acc for _, acc in fit["checks"]],
+             "out_of_range": [acc for _, acc in fit["far"]["checks"]]}
     return {"accuracy": accuracy, "steps_to_fit": fit["steps_to_fit"], "steps": fit["checks"][-1][0],
-            "cpu_s": trained["cpu_s"]}
+            "fit_at_end": fit["checks"][-1][1], "curve": curve, "cpu_s": trained["cpu_s"]}
 
 
 def chance(task: str) -> float:
@@ -257,10 +283,10 @@ def claims(accuracy: dict, steps: dict, tasks_: list[str]) -> tuple[dict, str]:
 # ---------------------------------------------------------------------------------------------------------
 
 def run_probe(args, setup: dict) -> dict:
-    """--probe: one seed of every cell, each trained until it fits or the cap (common.probe); nothing beyond L is
+    """--probe: one seed of every cell, each trained for its task's budget (common.probe); nothing beyond L is
     measured, so the plan cannot choose cells by how they extrapolate."""
     root = os.path.join("runs", "encodings", "probe")
-    cells = [(t, label(e, p), model_argv(t, e, p, setup["seeds"][0], setup, root, args.device))
+    cells = [(t, label(e, p), model_argv(t, e, p, setup["seeds"][0], setup, root, args.device, far=False))
              for t in setup["tasks"] for e, p in variants(setup)]
     with tqdm(total=len(cells), desc="encodings probe") as bar:
         data = probe(cells, args, setup, bar)
@@ -268,10 +294,20 @@ def run_probe(args, setup: dict) -> dict:
     return data
 
 
+def per_cell(setup: dict, jobs: list, results: list[dict], key: str) -> dict:
+    """results[i][key] of every job as [task][row], one entry per seed, in the order of the seeds ([]: not run)."""
+    table = {t: {row: [] for row in rows(setup)} for t in setup["tasks"]}
+    for (t, e, p, *_), result in zip(jobs, results):
+        table[t][label(e, p)].append(result[key])
+    return table
+
+
 def run(args) -> dict:
     """Train and measure every planned model (--probe: the probe) and return what results/encodings.json holds:
-    accuracy[task][row] and steps_to_fit[task][row], one entry per seed (none: not run), every model's command,
-    and the claims decided from them."""
+    per [task][row], one entry per seed (none: not run), the accuracy at every multiple of L, steps_to_fit
+    (None: not at the bar at the end), the steps each model trained, its accuracy at L at the end (the fit
+    check's) and its curves over training ({"steps", "in_range": at L, "out_of_range": at 8L}); every model's
+    command, and the claims decided from them."""
     preset = preset_name(args)
     setup = PRESETS[preset]
     if preset == "probe":
@@ -285,14 +321,11 @@ def run(args) -> dict:
     if on_record:  # said before the run spends it
         cells = {(t, label(e, p)) for t, e, p, *_ in jobs}
         tqdm.write(f"encodings: {len(cells)} cells planned from the probe, {len(jobs)} models; the probe predicts "
-                   f"{predicted_cpu_s(on_record, cells, len(setup['seeds'])) / 60:.0f} CPU-min of training")
+                   f"{predicted_cpu_s(on_record, cells, len(setup['seeds']), setup['budget']) / 60:.0f} CPU-min "
+                   "of training")
     with tqdm(total=len(jobs), desc="encodings") as bar:
         results = map_jobs(train_and_measure, jobs, args.jobs, args.threads or 1, bar)
-    accuracy = {t: {row: [] for row in rows(setup)} for t in setup["tasks"]}
-    steps = {t: {row: [] for row in rows(setup)} for t in setup["tasks"]}
-    for (t, e, p, *_), result in zip(jobs, results):
-        accuracy[t][label(e, p)].append(result["accuracy"])
-        steps[t][label(e, p)].append(result["steps_to_fit"])
+    accuracy, steps = per_cell(setup, jobs, results, "accuracy"), per_cell(setup, jobs, results, "steps_to_fit")
     data = {"command": command_line(args), "runtime": runtime(since, args), "scale": preset, "settings": setup,
             "fit_bar": FIT_BAR, "models": len(jobs), "steps_trained": sum(r["steps"] for r in results),
             # what training the models took, each its own (train_once): runtime is this invocation's, ~0 for a
@@ -301,7 +334,10 @@ def run(args) -> dict:
             "lengths": [m * setup["L"] for m in MULTIPLES], "threshold": THRESHOLD,
             "chance": {t: chance(t) for t in setup["tasks"]}, "scored_from_L": True,
             "alibi_slope_heads": ALIBI_SLOPE_HEADS, "accuracy": accuracy,
-            "steps_to_fit": steps, "commands": ["python train.py " + " ".join(model_argv(*job)) for job in jobs]}
+            "steps_to_fit": steps, "steps": per_cell(setup, jobs, results, "steps"),
+            "fit_at_end": per_cell(setup, jobs, results, "fit_at_end"), "curve_at": MULTIPLES[-1] * setup["L"],
+            "curves": per_cell(setup, jobs, results, "curve"),
+            "commands": ["python train.py " + " ".join(model_argv(*job)) for job in jobs]}
     if on_record:
         data["probe"], data["partnered"] = on_record, True  # planned(): fitted cells a comparison can use
     data["claims"], data["caption"] = claims(accuracy, steps, setup["tasks"])

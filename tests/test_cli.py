@@ -246,6 +246,12 @@ def test_eval_of_an_unfinished_run_says_where_it_stands(tmp_path, capsys):
         json.dump({"bar": 0.5, "every": 10, "checks": [[20, 0.6]], "steps_to_fit": 20}, f)
     assert lengen_eval.main([run, "--lengths", "16", "--samples", "8", "--threads", "1"]) == 0
     assert "unfinished" not in capsys.readouterr().out
+    # issue 51: a run trained every step (--no-fit-stop) does not stop at the bar; at it at step 20 of 40, it
+    # is still unfinished
+    with open(os.path.join(run, "fit.json"), "w") as f:
+        json.dump({"bar": 0.5, "every": 10, "stop": False, "checks": [[20, 0.6]], "steps_to_fit": 20}, f)
+    assert lengen_eval.main([run, "--lengths", "16", "--samples", "8", "--threads", "1"]) == 0
+    assert "unfinished: its checkpoint is at step 20 of 40" in capsys.readouterr().out
 
 
 def test_plot_is_written_in_the_format_its_name_says(trained_run, tmp_path):

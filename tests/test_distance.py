@@ -1,5 +1,6 @@
 """python eval.py --experiment distance --quick: it runs, writes its files, a model learns its delay band, and
 the numbers it reports are the ones its saved models produce."""
+import argparse
 import dataclasses
 import importlib.util
 import json
@@ -80,6 +81,16 @@ def test_distance_quick_reports_what_its_models_measure(tmp_path, monkeypatch):
             (flags.seed, flags.lr, flags.steps, flags.encoding), argv
     if importlib.util.find_spec("matplotlib"):
         assert (out / "distance.png").stat().st_size > 0
+    # issue 51: every model trained its task's whole budget, and the json holds what its fit.json says: the steps,
+    # the in-range accuracy at the end, and the curves over training, in range and at delay top
+    for name, curve in ((f"delay_copy-rope-{size}-d{lo}-{hi}-seed0", data["A"]["delay_copy"]["rope"]),
+                        (f"mixed_copy-rope-{size}-d{lo}-{hi}-s{s_lo}-{s_hi}-seed0", mixed)):
+        fit = common.read_fit(str(tmp_path / "runs" / "distance" / "quick" / name))
+        assert curve["steps_trained"] == [setup["budget"]["delay_copy"]] and fit["far"]["at"] == top
+        assert curve["fit_at_end"] == [fit["checks"][-1][1]]
+        assert curve["curves"] == [{"steps": [s for s, _ in fit["checks"]], "in_range": [a for _, a in fit["checks"]],
+                                    "out_of_range": [a for _, a in fit["far"]["checks"]]}]
+    assert "## (A) over training" in md and "Out of range over training, delay_copy: from step 50 " in md
 
 
 def synthetic_ordering(in_means: dict, unseen: dict, band=(3, 5), top=8) -> dict:
@@ -120,7 +131,8 @@ def test_probe_records_each_models_fit_of_its_band(tmp_path, monkeypatch):
     model's folder, a probe model without the fit check or without ALiBi's 8-head slopes, and a probe that
     writes over results/distance.json."""
     monkeypatch.chdir(tmp_path)
-    probe = {**exp.PRESETS["quick"], "steps": 20, "every": 10, "sizes": ((1, 16), (2, 32)), "samples": 0}
+    probe = {**exp.PRESETS["quick"], "budget": exp.budget(20), "every": 10, "sizes": ((1, 16), (2, 32)),
+             "samples": 0}
     monkeypatch.setitem(exp.PRESETS, "probe", probe)
     assert lengen_eval.main(["--experiment", "distance", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
     data = json.loads((tmp_path / "out" / "distance-probe.json").read_text())
@@ -136,7 +148,8 @@ def test_probe_records_each_models_fit_of_its_band(tmp_path, monkeypatch):
         assert {k: recorded[k] for k in ("steps_to_fit", "last")} == {"steps_to_fit": fit["steps_to_fit"],
                                                                        "last": fit["checks"][-1]}
         assert recorded["cpu_s"] > 0  # what its training took (issue 53, item 10)
-        assert " --fit-bar 0.9 --fit-every 10" in command
+        assert command.endswith(" --fit-bar 0.9 --fit-every 10 --no-fit-stop")  # all 20 steps; nothing out of range
+        assert [s for s, _ in fit["checks"]] == [10, 20] and recorded["checks"] == fit["checks"]
         assert ("--alibi-slope-heads 8" in command) == (encoding == "alibi")
     assert len(data["commands"]) == 12 and not (tmp_path / "out" / "distance.json").exists()
     assert "| alibi, 2x32 | " in (tmp_path / "out" / "distance-probe.md").read_text()
@@ -147,7 +160,7 @@ def test_the_default_shows_the_probe_that_planned_it(tmp_path, monkeypatch):
     """results/distance.md says how its design was chosen: the probe on record beside it, its table and the plan.
     Bugs caught: the probe read from another folder than the results', or its table not rendered."""
     monkeypatch.chdir(tmp_path)
-    small = {**exp.PRESETS["quick"], "steps": 20, "every": 10}
+    small = {**exp.PRESETS["quick"], "budget": exp.budget(20), "every": 10}
     monkeypatch.setitem(exp.PRESETS, "probe", {**small, "samples": 0})
     monkeypatch.setitem(exp.PRESETS, "default", small)
     assert lengen_eval.main(["--experiment", "distance", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
@@ -175,3 +188,23 @@ def test_full_cost_scales_the_probes_measured_step_by_flops():
     assert "2,048x" in text and "about 228 CPU-hours a model" in text  # 0.01 x 2048 x 40,000 / 3600
     slower = report.full_cost({**probe, "runtime": {"cpu_s": 200.0}}, exp.PRESETS["default"])
     assert "about 455 CPU-hours a model" in slower
+
+
+@pytest.mark.parametrize("preset", ["default", "probe", "full", "quick"])
+def test_every_encoding_of_a_task_trains_the_same_budget(preset):
+    """Issue 51: Paper D's comparisons are between models at the same stage of training. Every model the preset
+    trains runs its task's whole budget (--no-fit-stop: the fit is judged at the end), the same number of
+    steps for every encoding, size and band of a task, and (but the probe) logs its curve out of range at
+    delay `top`. Read from the planned commands; nothing is trained. Watched failing with a planted
+    early-stopped cell (RoPE's models without --no-fit-stop) and with RoPE given another budget."""
+    args = argparse.Namespace(quick=preset == "quick", probe=preset == "probe", full=preset == "full", device="cpu",
+                              threads=1)
+    setup, steps, encodings = exp.PRESETS[preset], {}, {}
+    for argv in exp.cells(args)[0]:
+        flags = train.build_parser().parse_args(argv)
+        assert (flags.fit_bar, flags.fit_stop) == (stats.FIT_BAR, False), argv
+        assert flags.fit_far == (None if preset == "probe" else setup["top"]), argv
+        steps.setdefault(flags.task, set()).add(flags.steps)
+        encodings.setdefault(flags.task, set()).add(flags.encoding)
+    assert steps == {task: {setup["budget"][task]} for task in steps}
+    assert encodings["delay_copy"] == set(exp.DISTANCE_ENCODINGS)

@@ -32,13 +32,18 @@ def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
             assert all(0 <= a <= 1 for acc in per_seed for a in acc)
     claims, caption = exp.claims(data["accuracy"], data["steps_to_fit"], QUICK["tasks"])
     assert data["claims"] == json.loads(json.dumps(claims)) and data["caption"] == caption
-    cap, every = QUICK["cap"], QUICK["every"]
-    for t in QUICK["tasks"]:  # steps to fit: per seed, a checked step within the cap, as the run's fit.json says
+    for t in QUICK["tasks"]:  # issue 51: every model trained its task's budget; the json holds its fit.json's end
+        budget = QUICK["budget"][t]
         for e, p in exp.variants(QUICK):
-            for seed, steps in zip(QUICK["seeds"], data["steps_to_fit"][t][exp.label(e, p)]):
-                assert steps is None or (steps % every == 0 and steps <= cap)
-                run = tmp_path / "runs" / "encodings" / "quick" / t / f"{e}-{p}-s{seed}"
-                assert runs.read_fit(str(run))["steps_to_fit"] == steps
+            row = exp.label(e, p)
+            for i, seed in enumerate(QUICK["seeds"]):
+                fit = runs.read_fit(str(tmp_path / "runs" / "encodings" / "quick" / t / f"{e}-{p}-s{seed}"))
+                assert data["steps_to_fit"][t][row][i] == fit["steps_to_fit"] in (None, budget)
+                assert (data["steps"][t][row][i], data["fit_at_end"][t][row][i]) == tuple(fit["checks"][-1])
+                assert fit["checks"][-1][0] == budget and fit["far"]["at"] == data["curve_at"] == 8 * QUICK["L"]
+                assert data["curves"][t][row][i] == {"steps": [s for s, _ in fit["checks"]],
+                                                     "in_range": [a for _, a in fit["checks"]],
+                                                     "out_of_range": [a for _, a in fit["far"]["checks"]]}
     assert len(data["commands"]) == data["models"] and all(" --fit-bar 0.9 " in c for c in data["commands"])
     assert data["models"] == len(labels) * len(QUICK["tasks"]) * len(QUICK["seeds"])
     markdown = (tmp_path / "results" / "quick" / "encodings.md").read_text()
@@ -46,6 +51,7 @@ def test_quick_experiment_writes_its_results(tmp_path, monkeypatch):
     assert all(claim in markdown for claim in exp.PAPER)
     assert data["alibi_slope_heads"] == 8 and "ALiBi takes the paper's 8-head slopes" in markdown
     assert report.markdown(data) == markdown  # the report reads everything from the data (nothing from args)
+    assert "## Over training (mean over seeds: accuracy at L at the end; at 96 tokens" in markdown
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "results" / "quick" / "encodings.png").stat().st_size > 0
 
@@ -141,7 +147,8 @@ def test_a_randomized_model_is_measured_at_its_own_positions(tmp_path, monkeypat
     calls = []
     monkeypatch.setattr(exp, "evaluate", lambda *a, **k: calls.append(k) or {"accuracy": 0.5})
     monkeypatch.setattr(exp, "train_once", lambda argv: {**train.run(argv + ["--steps", "2"]), "cpu_s": 0.1})
-    monkeypatch.setattr(exp, "read_fit", lambda out: {"steps_to_fit": None, "checks": [[2, 0.1]]})
+    monkeypatch.setattr(exp, "read_fit", lambda out: {"steps_to_fit": None, "checks": [[2, 0.1]],
+                                                      "far": {"at": 96, "checks": [[2, 0.0]]}})
     exp.train_and_measure(("reverse", "rope", "randomized", 0, QUICK, str(tmp_path), "cpu"))
     assert {(k["positions"], k["max_position"]) for k in calls} == {("randomized", 8 * QUICK["L"])}
     # beyond L, only the answers no training sequence reached: at index >= L (at L itself, every answer)
@@ -153,7 +160,7 @@ def test_probe_records_each_cells_fit_and_measures_nothing_beyond_L(tmp_path, mo
     another run's folder, the task's settings or ALiBi's slopes not those the grid trains with, or a model
     measured beyond L (a probe that saw how cells extrapolate would let the plan choose by the results)."""
     monkeypatch.chdir(tmp_path)
-    probe = dict(L=16, layers=2, cap=20, every=10, seeds=(0,), tasks=("latest_recall",))
+    probe = dict(L=16, layers=2, budget=exp.budget(20), every=10, seeds=(0,), tasks=("latest_recall",))
     monkeypatch.setitem(exp.PRESETS, "probe", probe)
     monkeypatch.setattr(exp, "evaluate", lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured")))
     assert eval.main(["--experiment", "encodings", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
@@ -165,7 +172,7 @@ def test_probe_records_each_cells_fit_and_measures_nothing_beyond_L(tmp_path, mo
         recorded = data["fits"]["latest_recall"][label]
         assert {k: recorded[k] for k in ("steps_to_fit", "last")} == {"steps_to_fit": fit["steps_to_fit"],
                                                                       "last": fit["checks"][-1]}
-        assert fit["checks"][-1][0] <= 20 and recorded["cpu_s"] > 0
+        assert fit["checks"][-1][0] == 20 and recorded["cpu_s"] > 0 and recorded["checks"] == fit["checks"]
     assert all("--statements 3" in c and "--layers 2" in c for c in data["commands"])
     assert sum("--alibi-slope-heads 8" in c for c in data["commands"]) == 2  # alibi, alibi + rand
     assert data["steps_trained"] == sum(f["last"][0] for f in data["fits"]["latest_recall"].values())
@@ -189,7 +196,7 @@ def test_the_default_grid_shows_the_probe_that_planned_it(tmp_path, monkeypatch,
     with other settings than --probe's now (a deeper model, say) instead of one line and exit status 2."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(exp.PRESETS, "probe",
-                        dict(L=16, layers=2, cap=20, every=10, seeds=(0,), tasks=("latest_recall",)))
+                        dict(L=16, layers=2, budget=exp.budget(20), every=10, seeds=(0,), tasks=("latest_recall",)))
     monkeypatch.setitem(exp.PRESETS, "default", {**QUICK, "tasks": ("latest_recall",), "L": 16})
     assert eval.main(["--experiment", "encodings", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
     assert eval.main(["--experiment", "encodings", "--threads", "1", "--out-dir", "out"]) == 0
@@ -240,7 +247,7 @@ def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     setup = {**QUICK, "tasks": ("reverse",), "seeds": (0, 1)}
     monkeypatch.setitem(exp.PRESETS, "default", setup)
-    monkeypatch.setitem(exp.PRESETS, "probe", {**setup, "cap": 20})  # the probe on record is --probe's now
+    monkeypatch.setitem(exp.PRESETS, "probe", {**setup, "budget": exp.budget(20)})  # the probe on record is --probe's now
     fitted = {"rope", "rope + rand", "learned + rand"}  # learned + rand's one comparison is with learned: unfit
     fit = {row: {"steps_to_fit": 10 if row in fitted else None,
                  "last": [10, 0.95] if row in fitted else [20, 0.4]} for row in exp.rows(setup)}
@@ -265,6 +272,9 @@ def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypat
     assert "2 cells, 4 models, predicted at" in markdown
     assert "every task the probe measured at 5 seeds would be 4 cells, 0 CPU-min." in markdown
     assert exp.predicted_cpu_s(probe, [("reverse", "rope"), ("reverse", "rope + rand")], 2) == pytest.approx(0.8)
+    # issue 51: every model trains its task's budget, so the plan costs 2 cells x 20 steps x 2 seeds
+    assert exp.predicted_cpu_s(probe, [("reverse", "rope"), ("reverse", "rope + rand")], 2, exp.budget(20)) == \
+        pytest.approx(1.6)
     assert data["claims"]["xPos beats RoPE"]["verdict"] == stats.UNFIT  # xPos was not run
 
 
@@ -306,7 +316,7 @@ def test_a_probe_record_that_cannot_plan_the_default_is_refused(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     setup = {**QUICK, "tasks": ("reverse",), "seeds": (0, 1)}
     monkeypatch.setitem(exp.PRESETS, "default", setup)
-    monkeypatch.setitem(exp.PRESETS, "probe", {**setup, "cap": 20})
+    monkeypatch.setitem(exp.PRESETS, "probe", {**setup, "budget": exp.budget(20)})
     fit = {row: {"steps_to_fit": 10, "last": [10, 0.95]} for row in exp.rows(setup)}
     probe = {"command": "python eval.py --experiment encodings --probe", "settings": exp.PRESETS["probe"],
              "runtime": {"wall_s": 6.0, "cpu_s": 6.0, "jobs": 1, "threads": 1}, "fits": {"reverse": fit},
@@ -337,3 +347,22 @@ def test_a_reused_probe_model_without_a_readable_fit_record_is_trained_again(tmp
         (out / "fit.json").write_text('{"bar": 0.9, "che' if damage == "garbled" else "{}")
     assert common.fit_of(argv) == {**first, "cpu_s": common.fit_of(argv)["cpu_s"]}
     assert runs.read_fit(str(out))["checks"][-1] == first["last"]
+
+
+@pytest.mark.parametrize("preset", ["default", "probe", "full", "quick"])
+def test_every_encoding_of_a_task_trains_the_same_budget(preset):
+    """Issue 51: a claim compares encodings at the same stage of training. Every cell the preset can plan (all of
+    them: planned() without a probe) trains its task's whole budget (--no-fit-stop: the fit is judged at the
+    end), the same number of steps for every encoding and positions, and (but the probe, which measures nothing
+    beyond L) logs its curve at 8L. Read from the commands; nothing is trained. Watched failing with a planted
+    early-stopped cell (FIRE's models without --no-fit-stop) and with FIRE given another budget."""
+    setup, steps, labels = exp.PRESETS[preset], {}, {}
+    for t, e, p in exp.planned(setup, None):
+        argv = exp.model_argv(t, e, p, 0, setup, "runs", "cpu", far=preset != "probe")
+        flags = train.build_parser().parse_args(argv)
+        assert (flags.fit_bar, flags.fit_stop) == (stats.FIT_BAR, False), argv
+        assert flags.fit_far == (None if preset == "probe" else 8 * setup["L"]), argv
+        steps.setdefault(t, set()).add(flags.steps)
+        labels.setdefault(t, set()).add(exp.label(e, p))
+    assert steps == {t: {setup["budget"][t]} for t in setup["tasks"]}
+    assert labels == {t: set(exp.rows(setup)) for t in setup["tasks"]}

@@ -203,7 +203,8 @@ def test_the_fit_check_scores_held_out_prompts_and_stops_at_the_bar(sharp_llm, t
               on_step=lambda step, ids, positions: trained.append(step))
     assert trained == [0, 1, 2, 3]  # stopped after the check at step 4
     fit = json.load(open(os.path.join(out, "fit.json")))
-    assert fit == {"bar": 0.9, "every": 2, "checks": [[2, 0.5], [4, 1.0]], "steps_to_fit": 4}
+    assert fit == {"bar": 0.9, "every": 2, "stop": True, "checks": [[2, 0.5], [4, 1.0]], "steps_to_fit": 4,
+                   "first_fit": 4}
     tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(sharp_llm)
     held_out = [hf.text_sample(tokenizer, "passkey", 128, finetune.FIT_SEED + i, {})
                 for i in range(finetune.FIT_PROMPTS)]

@@ -227,6 +227,61 @@ def test_fit_checks_fall_every_k_steps_and_at_the_last_and_the_bar_counts_when_r
     assert [step for step, _ in runs.read_fit(out)["checks"]] == [10, 20, 25]
 
 
+def test_no_fit_stop_trains_every_step_and_judges_the_fit_by_the_last_check(tmp_path, monkeypatch):
+    """--no-fit-stop (issue 51): an equal budget for every model compared. The run trains all --steps past a
+    check at the bar, fit.json keeps when it first got there, and the fit is the last check's: a model that
+    dropped below the bar by the end did not fit. Bugs caught: stopping at the bar anyway, steps_to_fit kept
+    from an earlier check, first_fit overwritten, the checkpoint not at the last step."""
+    accuracies = iter([0.5, 0.95, 0.97, 0.8])
+    monkeypatch.setattr(train, "fit_accuracy", lambda model, cfg: next(accuracies))
+    out = str(tmp_path / "run")
+    train.run(FIT_RUN + ["--steps", "40", "--fit-bar", "0.9", "--no-fit-stop", "--out", out])
+    fit = runs.read_fit(out)
+    assert fit["checks"] == [[10, 0.5], [20, 0.95], [30, 0.97], [40, 0.8]] and fit["stop"] is False
+    assert fit["steps_to_fit"] is None and fit["first_fit"] == 20  # not at the bar at the end: did not fit
+    assert torch.load(os.path.join(out, "checkpoint.pt"))["step"] == 40
+
+
+def test_fit_far_measures_out_of_range_at_every_check(tmp_path, monkeypatch):
+    """--fit-far N: every fit check also measures the model beyond training, few sequences from the fit check's
+    seed: a length task at N tokens, scored only from the training length on, with the run's own positions; a
+    delay task at delay N in its window, a mixed_copy model on its C episodes alone. Bugs caught: the far
+    check at the training length (in range), scoring answers training reached, a mixed model measured on S,
+    the curve not recorded in fit.json or recorded at other steps than the in-range checks."""
+    calls = []
+    evaluate = eval.evaluate
+    monkeypatch.setattr(train, "evaluate", lambda *a, **k: calls.append((a[1:5], k)) or evaluate(*a, **k))
+    out = str(tmp_path / "length")
+    train.run(FIT_RUN + ["--steps", "20", "--fit-bar", "1.0", "--fit-far", "48", "--positions", "randomized",
+                         "--out", out])
+    fit = runs.read_fit(out)
+    assert fit["far"]["at"] == 48 and [s for s, _ in fit["far"]["checks"]] == [s for s, _ in fit["checks"]] == [10, 20]
+    far = [(a, k) for a, k in calls if a[1] == 48]
+    assert len(far) == 2 and all(a[3] == train.FAR_SAMPLES and k["score_from"] == 12 and
+                                 k["seed"] == train.FIT_SEED and k["positions"] == "randomized" for a, k in far)
+    model, cfg = eval.load_run(out)
+    again = eval.evaluate(model, "reverse", 48, cfg.task_options, train.FAR_SAMPLES, seed=train.FIT_SEED,
+                          positions="randomized", max_position=cfg.max_position, score_from=12)["accuracy"]
+    assert fit["far"]["checks"][-1][1] == round(again, 4)  # the final model, at step 20
+    calls.clear()
+    train.run(["--task", "mixed_copy", "--symbols", "8", "--m", "2", "--delays", "2:3", "--selective-delays", "4:5",
+               "--train-len", "24", "--steps", "10", "--fit-bar", "1.0", "--fit-every", "10", "--fit-far", "12",
+               "--eval-samples", "0", "--quiet", "--threads", "1", "--out", str(tmp_path / "delay")])
+    (task, length, options, _), _ = calls[0]
+    assert (task, length, options["delays"], "selective_delays" in options) == ("delay_copy", 24, (12,), False)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--fit-far", "48"], "--fit-far belongs to the fit check"), (["--no-fit-stop"], "--no-fit-stop belongs"),
+    (["--fit-bar", "0.9", "--fit-far", "12"], "a length beyond the training length 12"),
+    (["--fit-bar", "0.9", "--fit-far", "200", "--encoding", "learned"], "beyond the learned table's 96 rows")])
+def test_fit_far_and_no_fit_stop_are_refused_where_they_would_mean_nothing(tmp_path, flags, message):
+    """Refused before training, rather than ignored (no bar) or failing at the first check."""
+    with pytest.raises(runs.UsageError, match=message):
+        train.run([w for w in FIT_RUN if w not in ("--fit-every", "10")] + ["--steps", "10", *flags, "--out",
+                                                                           str(tmp_path / "run")])
+
+
 def test_randomized_evaluation_reads_the_same_sequences_at_drawn_positions(monkeypatch):
     """evaluate(positions="randomized") feeds sorted draws from [0, max_position) with the very sequences a
     contiguous evaluation reads. Bugs caught: position ids drawn from the data generator (other sequences),
