@@ -429,6 +429,7 @@ class ScoreCache:
 
     def __init__(self, path: str, model: str):
         self.path, self.model, self.scores = path, model, {}
+        self.reused = 0  # prompts read back so far (their scoring time is not this process's)
         try:
             with open(path, "rb") as f:
                 data = f.read()
@@ -453,7 +454,9 @@ class ScoreCache:
         return json.dumps({"model": self.model, **prompt}, sort_keys=True)
 
     def get(self, key: str) -> dict | None:
-        return self.scores.get(key)
+        score = self.scores.get(key)
+        self.reused += score is not None
+        return score
 
     def put(self, key: str, score: dict) -> None:
         """Keep one prompt's score: one whole line, appended and on disk before this returns."""

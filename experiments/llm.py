@@ -132,10 +132,11 @@ def run_method(method: str, setup: dict, root: str, args) -> dict:
     rows = []
     with tqdm(total=sum(setup["samples"].values()), desc=method) as bar:
         for n, samples in setup["samples"].items():
-            tick = time.perf_counter()
+            tick, reused = time.perf_counter(), cache.reused if cache else 0
             rows.append(evaluate_llm(model, tokenizer, TASK, n, samples, OPTIONS, args.device, bar=bar,
                                      bf16=torch.device(args.device).type == "cuda", cache=cache))
-            rows[-1]["seconds"] = time.perf_counter() - tick
+            # the seconds of the prompts scored here; `reused` of them were read back from scores.jsonl
+            rows[-1].update(seconds=time.perf_counter() - tick, reused=(cache.reused if cache else 0) - reused)
     return {"rows": rows, "training_loss": loss, "fit": fit, "minutes": (time.perf_counter() - began) / 60}
 
 

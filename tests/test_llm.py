@@ -718,7 +718,8 @@ def test_an_interrupted_llm_experiment_goes_on_without_fine_tuning_again(tiny_ll
     holds is reused (fine-tune.json: this command, this model), 2 prompts are scored, and the rows are those
     of an evaluation never stopped. Bugs caught (each planted, watched failing): the fine-tune run again
     whatever its folder held (as before issue 50: an hour of SmolLM2's training lost to each interruption), and
-    run_method scoring without its scores.jsonl (5 prompts again)."""
+    run_method scoring without its scores.jsonl (5 prompts again); a row's `reused` counting the prompts read
+    back at every length so far, not at its own (llm_report times a prompt by the seconds of those scored)."""
     import finetune
     from experiments import llm
 
@@ -739,4 +740,6 @@ def test_an_interrupted_llm_experiment_goes_on_without_fine_tuning_again(tiny_ll
     calls = counted(monkeypatch)
     whole = llm.run_method("ft", setup, root, args)
     assert len(trainings) == 1 and len(calls) == sum(setup["samples"].values()) == 5
-    assert [{**r, "seconds": 0} for r in resumed["rows"]] == [{**r, "seconds": 0} for r in whole["rows"]]
+    assert [r["reused"] for r in resumed["rows"]] == [3, 0] and [r["reused"] for r in whole["rows"]] == [0, 0]
+    assert [{**r, "seconds": 0, "reused": 0} for r in resumed["rows"]] == \
+        [{**r, "seconds": 0, "reused": 0} for r in whole["rows"]]
