@@ -267,16 +267,18 @@ def final_table(model: lengen.GPT, cfg: RunConfig) -> tuple[list[dict], str]:
 
 
 def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options: dict | None = None,
-                 device: str = "cpu", seed: int = 10 ** 9, bar=None, bf16: bool = False) -> dict:
+                 device: str = "cpu", seed: int = 10 ** 9, bar=None, bf16: bool = False, cache=None) -> dict:
     """Exact match (greedy), answer log-likelihood and candidate rank on `samples` prompts of about `length`
     tokens, the same prompts for every model. Exact match and the fraction of prompts where the right
     candidate ranks first have 95 % Wilson intervals (interval); the answer's log-probability, its 95 %
-    t-interval. The seeds lie far from the training samples' (finetune.py uses seed * 1,000,003 + i)."""
+    t-interval. The seeds lie far from the training samples' (finetune.py uses seed * 1,000,003 + i). cache: an
+    hf.ScoreCache, where each prompt's score is kept and found again (score_prompts)."""
     # Under a launcher (torchrun) process r scores prompts r, r + N, ...; every process gets all the scores,
     # in prompt order, as one process computes them (each prompt is scored on its own).
     scores = []
     for i in range(dist.rank(), samples, dist.world()):
-        scores += [(i, s) for s in score_prompts(model, tokenizer, task, length, [seed + i], options, device, bf16)]
+        scored = score_prompts(model, tokenizer, task, length, [seed + i], options, device, bf16, cache)
+        scores += [(i, s) for s in scored]
         if bar is not None:
             bar.update(min(dist.world(), samples - i))  # this round of prompts, one per process
     scores = [score for _, score in sorted(dist.gather(scores), key=lambda pair: pair[0])]
@@ -284,14 +286,24 @@ def evaluate_llm(model, tokenizer, task: str, length: int, samples: int, options
 
 
 def score_prompts(model, tokenizer, task: str, length: int, seeds, options: dict | None, device: str = "cpu",
-                  bf16: bool = False) -> list[dict]:
-    """hf.score_prompt on the prompt of each seed: [{answer, right, logprob, rank, said, tokens}, ...]."""
+                  bf16: bool = False, cache: hf.ScoreCache | None = None) -> list[dict]:
+    """hf.score_prompt on the prompt of each seed: [{answer, right, logprob, rank, said, tokens}, ...]. With a
+    cache, a prompt already scored there (this model, task, options, length, seed, rotation at this length and
+    bf16) is read back instead, and each new score is kept there as soon as it exists."""
     candidates = text_tasks.answer_candidates(task, options)
+    rope = hf.rope_digest(model) if cache else None
     scores = []
     for seed in seeds:
+        key = cache.key(task=task, options=options or {}, length=length, seed=seed, rope=rope, bf16=bf16) \
+            if cache else None
+        if cache and (kept := cache.get(key)) is not None:
+            scores.append(kept)
+            continue
         prompt, answer = hf.text_sample(tokenizer, task, length, seed, options or {})
         scores.append({"answer": answer, **hf.score_prompt(model, tokenizer, prompt, answer, candidates, device,
                                                             bf16=bf16)})
+        if cache:
+            cache.put(key, scores[-1])
     return scores
 
 
@@ -318,10 +330,10 @@ CELL_SEEDS = 10 ** 6  # seeds per cell (MAX_SAMPLES): cell c's prompts take GRID
 
 def evaluate_llm_grid(model, tokenizer, task: str, lengths: list[int], depths: list[float], samples: int,
                       device: str = "cpu", bar=None, bf16: bool = False, first_cell: int = 0,
-                      options: dict | None = None, settle: float | None = None) -> list[dict]:
+                      options: dict | None = None, settle: float | None = None, cache=None) -> list[dict]:
     """evaluate_llm at every (length, depth), each cell with seeds of its own (cells numbered from first_cell,
     lengths outermost): rows of {length, depth, accuracy, low, high, samples, ...}. options: the task's own
-    (e.g. passkey's template), the same in every cell.
+    (e.g. passkey's template), the same in every cell. cache: an hf.ScoreCache (score_prompts).
 
     settle (a threshold): sequential sampling. A length's prompts are scored a round at a time, one prompt per
     depth, and the length stops as soon as its side of the threshold is settled: its depths pooled, the full
@@ -337,13 +349,13 @@ def evaluate_llm_grid(model, tokenizer, task: str, lengths: list[int], depths: l
         here = {d: (first_cell + len(cells) + j) * CELL_SEEDS + GRID_SEED for j, d in enumerate(depths)}
         if settle is None:
             cells += [{"depth": d, **evaluate_llm(model, tokenizer, task, n, samples, {**(options or {}), "depth": d},
-                                                  device, seed, bar, bf16)} for d, seed in here.items()]
+                                                  device, seed, bar, bf16, cache)} for d, seed in here.items()]
             continue
         scores = {d: [] for d in depths}
         for i in range(samples):
             for d, seed in here.items():
                 scores[d] += score_prompts(model, tokenizer, task, n, [seed + i], {**(options or {}), "depth": d},
-                                           device, bf16)
+                                           device, bf16, cache)
             if bar is not None:
                 bar.update(len(depths))
             if settled(sum(s["right"] for d in depths for s in scores[d]), (i + 1) * len(depths),
@@ -662,6 +674,9 @@ def llm_eval_command(args) -> None:
     lengths = args.lengths or [1024, 4096, 8192, 12288]
     samples = args.samples or 5
     threshold = 0.5 if args.threshold is None else args.threshold
+    # --cache: every prompt's score kept as soon as it exists, keyed by the fingerprint of what is loaded, so that
+    # the same command again (or another sharing the file) scores only the prompts still missing
+    cache = hf.ScoreCache(args.cache, hf.fingerprint(args.run or args.llm)) if args.cache else None
     models = []
     for scaling in scalings:
         model, tokenizer, label = hf.load_for_eval(args.run or args.llm, device, scaling, args.factor)
@@ -674,7 +689,8 @@ def llm_eval_command(args) -> None:
             except ValueError as e:
                 raise UsageError(f"--lengths {n}: {e}") from None
         start = time.perf_counter()
-        cells = llm_cells(args, model, tokenizer, label, task, options, scaling, lengths, samples, threshold, device)
+        cells = llm_cells(args, model, tokenizer, label, task, options, scaling, lengths, samples, threshold, device,
+                          cache)
         models.append((label, cells, time.perf_counter() - start))
         del model
     dist.stop()
@@ -716,7 +732,8 @@ def check_llm_flags(args) -> tuple[list, str, dict]:
     return scalings, task, options
 
 
-def llm_cells(args, model, tokenizer, label, task, options, scaling, lengths, samples, threshold, device):
+def llm_cells(args, model, tokenizer, label, task, options, scaling, lengths, samples, threshold, device,
+              cache=None):
     """The rows of one model under one scaling: a row per length, or per (length, depth) with --depths."""
     depths = args.depths or [None]  # None: each prompt draws its own depth
     cells = []
@@ -726,10 +743,10 @@ def llm_cells(args, model, tokenizer, label, task, options, scaling, lengths, sa
                 hf.dynamic_yarn_at(model, n, args.factor or 1.0)
             if args.depths is None:
                 cells.append(evaluate_llm(model, tokenizer, task, n, samples, options, device, bar=bar,
-                                          bf16=args.bf16))
+                                          bf16=args.bf16, cache=cache))
             else:
                 cells += evaluate_llm_grid(model, tokenizer, task, [n], depths, samples, device, bar, args.bf16,
-                                           len(cells), options, threshold if args.sequential else None)
+                                           len(cells), options, threshold if args.sequential else None, cache)
     return cells
 
 
@@ -799,6 +816,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="LLM grid: stop a length once its side of --threshold is settled (eval.settled)")
     p.add_argument("--bf16", action="store_true",
                    help="LLM: forwards under bfloat16 autocast (a CPU with AMX/AVX-512 BF16, or a GPU)")
+    p.add_argument("--cache", default=None, metavar="FILE",
+                   help="LLM: keep each prompt's score in FILE as soon as it exists; the same command again "
+                        "scores only the prompts still missing")
     p.add_argument("--original-len", type=int, default=None)
     p.add_argument("--plot", default=None, metavar="FILE", help="a figure: .png, .pdf or .svg")
     p.add_argument("--json", default=None, metavar="FILE")
@@ -832,7 +852,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # What each kind of command reads: a flag of another kind would be dropped without a word, so it is refused.
 EVALUATION_FLAGS = ("lengths", "delays", "samples", "llm", "task", "depths", "threshold", "scaling", "factor",
-                    "template", "sequential", "bf16",
+                    "template", "sequential", "bf16", "cache",
                     "original_len", "plot", "json")
 EXPERIMENT_FLAGS = ("quick", "full", "probe", "out_dir", "force", "render", "jobs", "cells", "launcher")
 
@@ -859,7 +879,7 @@ def refuse_dropped(args) -> None:
         raise UsageError("--task chooses an LLM's text task: a small-GPT run is evaluated on its own task")
     if given("depths") and small_gpt:
         raise UsageError("--depths is for an LLM's text task: a small-GPT task hides nothing at a depth")
-    for flag in ("template", "sequential", "bf16"):
+    for flag in ("template", "sequential", "bf16", "cache"):
         if given(flag) and small_gpt:
             raise UsageError(f"{flag_name(flag)} is for an LLM's text task, not a small-GPT run")
     if args.scaling and "," in args.scaling and not (args.llm or args.run and not small_gpt):
@@ -890,6 +910,7 @@ def check_command(args) -> bool:
     if not (args.bench or args.experiment) and dist.launch_rank() == 0:  # rank 0 writes them
         check_writable(args.json, "--json")
         check_writable(args.plot, "--plot")
+        check_writable(args.cache, "--cache")  # appended to, not replaced; the same files are refused
         if args.plot and os.path.splitext(args.plot)[1].lower() not in PLOT_FORMATS:  # else known after the run
             raise UsageError(f"--plot {args.plot}: give a file name ending {', '.join(PLOT_FORMATS)}")
     return llm

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import importlib.util
 import inspect
 import io
+import json
 import os
 import struct
 
@@ -355,3 +357,120 @@ def _cache_keyword(model) -> str:
     away)."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # through a LoRA wrapper (peft)
     return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scores that outlive the process: a model's fingerprint, and a file of prompt scores keyed by it
+# ---------------------------------------------------------------------------------------------------------
+
+
+def fingerprint(spec: str) -> str:
+    """sha256 of exactly the files a model is loaded from (spec as load_for_eval takes it): a train.py --llm run
+    folder, its config.json and every file of its saved model/; smollm2 or a .gguf path, that file; a model
+    directory, its files; a hub id, the files of its local snapshot. A run replaced since (train.py --force) has
+    another. A one-line UsageError when they are not there."""
+    digest = hashlib.sha256()
+    for path in model_files(spec):
+        digest.update(os.path.basename(path).encode())
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def model_files(spec: str) -> list[str]:
+    """The files fingerprint() reads for spec, in a fixed order."""
+    if os.path.isfile(os.path.join(spec, "config.json")) and os.path.isdir(os.path.join(spec, "model")):
+        folder, first = os.path.join(spec, "model"), [os.path.join(spec, "config.json")]
+    else:
+        folder, gguf, local = _llm_path(spec)
+        first = []
+        if gguf:
+            return [folder]
+        if not local:
+            try:
+                import huggingface_hub
+                folder = huggingface_hub.snapshot_download(spec, local_files_only=True)
+            except Exception as e:  # not downloaded, or not a hub id at all
+                raise UsageError(f"cannot fingerprint '{spec}': {str(e).splitlines()[0] if str(e) else e}") from None
+    return first + sorted(os.path.join(folder, f) for f in os.listdir(folder)
+                          if os.path.isfile(os.path.join(folder, f)))
+
+
+def rope_digest(model) -> str:
+    """A digest of the rotation the model applies now: every rotary module's frequencies, attention scale and
+    rope type. Inference-time YaRN, dynamic YaRN's factor at the length being measured (dynamic_yarn_at) and a
+    fine-tune's saved schedule all change it; the same rotation reached two ways gives the same digest."""
+    digest = hashlib.sha256()
+    for module in model.modules():
+        if isinstance(getattr(module, "inv_freq", None), torch.Tensor):
+            digest.update(module.inv_freq.detach().float().cpu().numpy().tobytes())
+            digest.update(repr((float(getattr(module, "attention_scaling", 1.0)),
+                                str(getattr(module, "rope_type", "")))).encode())
+    return digest.hexdigest()[:16]
+
+
+class ScoreCache:
+    """Prompt scores kept as soon as they exist, so that an evaluation stopped part way (Ctrl-C, a kill, a
+    power cut), run again, or run on another machine sharing the file, scores only the prompts still missing.
+
+    The file is JSON lines: a header line (HEADER), then one line per scored prompt,
+        {"key": {"model", "task", "options", "length", "seed", "rope", "bf16"}, "score": {answer, right, ...}}
+    where model is fingerprint() of what was loaded and rope is rope_digest() at that length. Each line is
+    appended with one os.write on a file opened O_APPEND, then fsync'd: a kill loses at most the prompt in
+    flight. A last line without its newline (a write cut short) is ignored, and the next writer ends it first.
+    Two processes (torchrun's ranks, two commands, two jobs) may append to one file at once: on a local
+    filesystem Linux holds the file's lock for the whole of each O_APPEND write, so lines never interleave. Over
+    NFS, O_APPEND is emulated by the client, and two machines' lines may clash: a damaged line does not parse
+    and is ignored (its prompt is scored again). Nothing shares out the work: two processes on one plan may
+    score the same prompt; both lines hold the same score, and the one read last counts."""
+
+    HEADER = b'{"lengen": "prompt scores", "version": 1}\n'
+
+    def __init__(self, path: str, model: str):
+        self.path, self.model, self.scores = path, model, {}
+        self.reused = 0  # prompts read back so far (their scoring time is not this process's)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        except OSError as e:
+            raise UsageError(f"{path}: {e.strerror}") from None
+        if data and not data.startswith(self.HEADER):  # e.g. a results file named by mistake: never appended to
+            raise UsageError(f"{path}: not a file of prompt scores (no lengen header line); give another name")
+        *lines, torn = data.split(b"\n")
+        for line in lines[1:]:
+            try:
+                entry = json.loads(line)
+                self.scores[json.dumps(entry["key"], sort_keys=True)] = entry["score"]
+            except (ValueError, KeyError, TypeError):  # a clashing writer's, or a second header: ignored
+                continue
+        if not data or torn:  # a new file gets its header; a torn last line its newline, so the next line is whole
+            self.append(self.HEADER if not data else b"\n")
+
+    def key(self, **prompt) -> str:
+        """The key of a prompt of this cache's model, as canonical JSON (equal keys, equal text)."""
+        return json.dumps({"model": self.model, **prompt}, sort_keys=True)
+
+    def get(self, key: str) -> dict | None:
+        score = self.scores.get(key)
+        self.reused += score is not None
+        return score
+
+    def put(self, key: str, score: dict) -> None:
+        """Keep one prompt's score: one whole line, appended and on disk before this returns."""
+        self.scores[key] = score
+        self.append(json.dumps({"key": json.loads(key), "score": score}).encode() + b"\n")
+
+    def append(self, line: bytes) -> None:
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                if os.write(fd, line) != len(line):  # a full disk: the line is torn, and ignored when read
+                    raise OSError(28, "the disk took only part of a line (full?)")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise UsageError(f"{self.path}: cannot keep a prompt's score ({e.strerror})") from None

@@ -8,16 +8,16 @@ a second fine-tuning seed draws other samples), then every model answers the sam
 scored three ways from one pass over it (hf.score_prompt): greedy exact match; the rank of the right place among
 bAbI's six places, read from the next-token distribution after the prompt; and the log-probability of the
 answer. The last two see a model getting closer long before its greedy answer turns right, so they tell methods
-apart with a dozen prompts where exact match cannot. Each method's scores are saved in
-runs/llm-PRESET/METHOD/eval.json as soon as they exist, with a fingerprint of the model they measured, and a
-rerun reuses them while that model is still there.
+apart with a dozen prompts where exact match cannot. Each prompt's score is kept in
+runs/llm-PRESET/METHOD/scores.jsonl as soon as it exists (hf.ScoreCache), keyed by a fingerprint of the model
+it measured, and a method's whole scores in eval.json once all are there: an interrupted run, started again,
+reuses the fine-tunes it finished and scores only the prompts still missing.
 
 Read top to bottom: the presets, one method's run, the comparisons with their thresholds, run(). The results
 file, its figure and the README and docs tables are written by experiments/llm_report.py.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -92,9 +92,27 @@ def fine_tune_argv(method: str, setup: dict, root: str, args) -> list[str]:
     return argv + (["--threads", str(args.threads)] if args.threads else [])
 
 
+def fine_tune(method: str, setup: dict, root: str, args) -> None:
+    """train.py --llm for a method, unless its run folder holds the model this very command saved (fine-tune.json:
+    the command line and the fingerprint of the model it saved), as when an interrupted experiment is started
+    again: then that model, whose prompts already scored are in its scores.jsonl."""
+    argv = fine_tune_argv(method, setup, root, args)
+    record = os.path.join(root, method, "fine-tune.json")
+    try:
+        with open(record) as f:
+            if json.load(f) == {"argv": argv, "model": fingerprint(method, root)}:
+                return
+    except (OSError, ValueError):
+        pass
+    train.run(argv)
+    made = json.dumps({"argv": argv, "model": fingerprint(method, root)}).encode()
+    save_atomic(record, lambda f: f.write(made))
+
+
 def run_method(method: str, setup: dict, root: str, args) -> dict:
-    """Fine-tune (unless a base model), then score every prompt at every length. Returns the rows, the
-    training log's loss at the start and the end, the fit record (fit.json) and the minutes it took."""
+    """Fine-tune (unless a base model, or fine-tuned already), then score every prompt at every length, each
+    score kept in scores.jsonl as soon as it exists. Returns the rows, the training log's loss at the start and
+    the end, the fit record (fit.json) and the minutes it took."""
     began = time.perf_counter()
     loss = fit = None
     if method.startswith("base"):
@@ -102,42 +120,35 @@ def run_method(method: str, setup: dict, root: str, args) -> dict:
                                                FACTOR)
         os.makedirs(os.path.join(root, method), exist_ok=True)
     else:
-        train.run(fine_tune_argv(method, setup, root, args))
+        fine_tune(method, setup, root, args)
         with open(os.path.join(root, method, "log.jsonl")) as f:
             log = [row["loss"] for row in map(json.loads, f) if "loss" in row]  # the others: fit checks
         tenth = max(1, len(log) // 10)
         loss = {"first": sum(log[:tenth]) / tenth, "last": sum(log[-tenth:]) / tenth, "steps": len(log)}
         fit = read_fit(os.path.join(root, method))
         model, tokenizer, _ = hf.load_for_eval(os.path.join(root, method), args.device)
+    measured = fingerprint(method, root)  # "missing" only if its files went since it loaded: then nothing is kept
+    cache = hf.ScoreCache(os.path.join(root, method, "scores.jsonl"), measured) if measured != "missing" else None
     rows = []
     with tqdm(total=sum(setup["samples"].values()), desc=method) as bar:
         for n, samples in setup["samples"].items():
-            tick = time.perf_counter()
+            tick, reused = time.perf_counter(), cache.reused if cache else 0
             rows.append(evaluate_llm(model, tokenizer, TASK, n, samples, OPTIONS, args.device, bar=bar,
-                                     bf16=torch.device(args.device).type == "cuda"))
-            rows[-1]["seconds"] = time.perf_counter() - tick
+                                     bf16=torch.device(args.device).type == "cuda", cache=cache))
+            # the seconds of the prompts scored here; `reused` of them were read back from scores.jsonl
+            rows[-1].update(seconds=time.perf_counter() - tick, reused=(cache.reused if cache else 0) - reused)
     return {"rows": rows, "training_loss": loss, "fit": fit, "minutes": (time.perf_counter() - began) / 60}
 
 
 def fingerprint(method: str, root: str) -> str:
-    """sha256 of exactly what a method's scores measured: the GGUF file for a base model, the run's config.json
-    and every file of its saved model for a fine-tune. A run replaced since (train.py --force) has another."""
-    model = os.path.join(root, method, "model")
-    if method.startswith("base"):
-        files = [hf.smollm2_gguf()]
-    elif os.path.isdir(model):
-        files = [os.path.join(root, method, "config.json")] + sorted(os.path.join(model, f) for f in os.listdir(model))
-    else:
+    """hf.fingerprint of exactly what a method's scores measured: the GGUF file for a base model, the run's
+    config.json and every file of its saved model for a fine-tune; "missing" when it is not there."""
+    if not method.startswith("base") and not os.path.isdir(os.path.join(root, method, "model")):
         return "missing"
-    digest = hashlib.sha256()
-    for path in files:
-        if not os.path.isfile(path):
-            return "missing"
-        digest.update(os.path.basename(path).encode())
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    try:
+        return hf.fingerprint("smollm2" if method.startswith("base") else os.path.join(root, method))
+    except UsageError:
+        return "missing"
 
 
 def cached(method: str, setup: dict, root: str) -> dict | None:

@@ -147,8 +147,10 @@ def primary_cost(data: dict) -> list[str]:
     needed = prompts_needed(c)
     runs = list(dict.fromkeys(m for pair in c["pairs"] for m in pair))
     rows = [r for m in runs for r in data["results"][m]["rows"] if r["length"] == c["length"]]
-    cost = (f", about {needed * sum(r['seconds'] / r['samples'] for r in rows) / 3600:,.1f} hours of scoring on "
-            f"this run's machine ({data['machine']})" if needed and all("seconds" in r for r in rows) else "")
+    timed = [r["samples"] - r.get("reused", 0) for r in rows]  # a resumed run read some prompts back untimed
+    cost = (f", about {needed * sum(r['seconds'] / n for r, n in zip(rows, timed)) / 3600:,.1f} hours of scoring "
+            f"on this run's machine ({data['machine']})" if needed and all("seconds" in r for r in rows)
+            and all(timed) else "")
     against = " It is against the claim: more prompts would, at best, show that." if c["logprob"] < 0 else ""
     count = f"about {needed:,} prompts" if needed else "more than 10,000 prompts"
     return [f"The primary comparison is undecided: with {c['prompts']} prompts it would find {c['detectable']:.2f} "

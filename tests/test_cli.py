@@ -225,6 +225,10 @@ def test_bad_eval_input_exits_2(trained_run, tmp_path, capfd):
         ((trained_run, "--bf16"), "--bf16 is for an LLM's text task"),
         ((rope, "--scaling", "yarn,pi", "--factor", "2"), "under one scaling at a time"),
         (("--experiment", "retrieval", "--depths", "0.5"), "leave out --depths"),
+        # issue 50: --cache keeps an LLM's prompt scores
+        ((trained_run, "--cache", str(tmp_path / "scores.jsonl")), "--cache is for an LLM's text task"),
+        (("--experiment", "retrieval", "--cache", str(tmp_path / "scores.jsonl")), "leave out --cache"),
+        (("--llm", missing_llm, "--cache", os.path.join(trained_run, "config.json")), "that is a file of the run"),
     ]
     for args, message in cases:
         code, err = in_process("eval", args, capfd)

@@ -89,7 +89,7 @@ def test_sequential_sampling_keeps_the_full_grids_side_of_the_threshold(monkeypa
     prompts where the score is far from the threshold."""
     import random
 
-    def fake_scores(model, tokenizer, task, length, seeds, options, device="cpu", bf16=False):
+    def fake_scores(model, tokenizer, task, length, seeds, options, device="cpu", bf16=False, cache=None):
         p = TRUE[length]
         return [{"seed": s, "right": random.Random(f"{length} {options['depth']} {s}").random() < p,
                  "logprob": 0.0, "rank": None} for s in seeds]
@@ -120,8 +120,8 @@ def test_settled_is_exact_at_the_edges(monkeypatch):
     (30 a length), a length always wrong stops after 5 rounds (15 wrong), one always right after 6 (18 right,
     more than 15). Bug caught (planted, watched failing): a round counted as one prompt, so a length always
     wrong never stopped."""
-    monkeypatch.setattr(E, "score_prompts", lambda model, tok, task, n, seeds, options, device="cpu", bf16=False:
-                        [{"right": n == 1024, "logprob": 0.0, "rank": None} for _ in seeds])
+    monkeypatch.setattr(E, "score_prompts", lambda model, tok, task, n, seeds, options, device="cpu", bf16=False,
+                        cache=None: [{"right": n == 1024, "logprob": 0.0, "rank": None} for _ in seeds])
     cells = E.evaluate_llm_grid(None, None, "passkey", [1024, 2048], [0, 0.5, 1], 10, settle=0.5)
     assert [c["samples"] for c in cells] == [6, 6, 6, 5, 5, 5]
     assert E.settled(3, 3, 4, 0.5) and not E.settled(2, 3, 4, 0.5)

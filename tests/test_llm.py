@@ -575,3 +575,171 @@ def test_eval_compares_scalings_in_one_command(tiny_llm, tmp_path, capsys):
     assert [(p["answer"], p["logprob"]) for c in base["cells"] for p in c["prompts"]] == \
         [(p["answer"], p["logprob"]) for c in dynamic["cells"] for p in c["prompts"]]
     assert capsys.readouterr().out.count("effective length (score > 0.5") == 2
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scoring that resumes anywhere (issue 50): hf.ScoreCache keeps each prompt's score as soon as it exists
+# ---------------------------------------------------------------------------------------------------------
+
+
+SCORE_PROMPT = hf.score_prompt  # as hf defines it, whatever a test has put in its place since
+
+
+def counted(monkeypatch, stop_after=None):
+    """hf.score_prompt counted call by call; with stop_after=k, the (k+1)-th call is a Ctrl-C."""
+    calls, score = [], SCORE_PROMPT
+
+    def counting(*args, **kwargs):
+        if stop_after is not None and len(calls) == stop_after:
+            raise KeyboardInterrupt
+        calls.append(args[2])  # the prompt
+        return score(*args, **kwargs)
+    monkeypatch.setattr(hf, "score_prompt", counting)
+    return calls
+
+
+def test_an_interrupted_evaluation_scores_only_the_prompts_still_missing(tiny_llm, tmp_path, monkeypatch):
+    """Stopped (Ctrl-C) after 2 of 5 prompts, the evaluation run again with a fresh cache on the same file (as a
+    new process reads it) scores the 3 prompts still missing, and its row is exactly an uninterrupted run's;
+    once more, it scores none. Bugs caught (planted, watched failing): score_prompts never reading the cache
+    (5 calls on the rerun); a key without the seed (every prompt read back as the first one's score, so the
+    first run was never stopped)."""
+    model, tokenizer = hf.load_llm(tiny_llm)
+    whole = lengen_eval.evaluate_llm(model, tokenizer, "passkey", 128, 5)
+    path, model_print = str(tmp_path / "scores.jsonl"), hf.fingerprint(tiny_llm)
+    counted(monkeypatch, stop_after=2)
+    with pytest.raises(KeyboardInterrupt):
+        lengen_eval.evaluate_llm(model, tokenizer, "passkey", 128, 5, cache=hf.ScoreCache(path, model_print))
+    assert len(open(path).read().splitlines()) == 1 + 2  # the header, then a line per prompt scored
+    calls = counted(monkeypatch)
+    resumed = lengen_eval.evaluate_llm(model, tokenizer, "passkey", 128, 5, cache=hf.ScoreCache(path, model_print))
+    assert len(calls) == 3 and resumed == whole
+    calls = counted(monkeypatch)
+    assert lengen_eval.evaluate_llm(model, tokenizer, "passkey", 128, 5,
+                                    cache=hf.ScoreCache(path, model_print)) == whole and calls == []
+
+
+def test_a_cached_score_is_reused_only_for_its_model_prompt_and_rotation(tiny_llm, tmp_path, monkeypatch):
+    """Each line keeps exactly the score computed; another model (fingerprint), other options, another length,
+    bf16, inference-time YaRN and dynamic YaRN's factor at the length measured each score their prompts anew.
+    Bugs caught (each planted, watched failing): the rotation left out of the key (YaRN read back the plain
+    model's scores), and the options left out (the varied passkey read back the published one's)."""
+    model, tokenizer = hf.load_llm(tiny_llm)
+    path = str(tmp_path / "scores.jsonl")
+
+    def evaluate(length=128, options=None, model_print="tiny", **kw):
+        return lengen_eval.evaluate_llm(model, tokenizer, "passkey", length, 2, options,
+                                        cache=hf.ScoreCache(path, model_print), **kw)
+    row = evaluate()
+    kept = [json.loads(line) for line in open(path).read().splitlines()[1:]]
+    assert [k["score"] for k in kept] == row["prompts"]  # exactly what was computed, floats and all
+    key = {"model": "tiny", "task": "passkey", "options": {}, "length": 128, "seed": 10 ** 9,
+           "rope": hf.rope_digest(model), "bf16": False}
+    calls = counted(monkeypatch)
+    evaluate(model_print="another")
+    evaluate(options={"template": "varied"})
+    evaluate(length=160)
+    evaluate(bf16=True)
+    hf.dynamic_yarn_at(model, 1024)  # past the model's 512 positions: YaRN x2
+    evaluate()
+    hf.apply_llm_rope(model, "yarn", 4.0)
+    evaluate()
+    assert len(calls) == 6 * 2
+    evaluate(options={"template": "varied"})  # scored before, under the rotation of the model as loaded
+    assert len(calls) == 6 * 2 + 2
+    assert kept[0]["key"] == key
+
+
+def test_a_torn_last_line_is_ignored_and_the_next_line_is_whole(tiny_llm, tmp_path, monkeypatch):
+    """A kill in the middle of a line's write leaves it without its newline: the next reader ignores it and
+    ends it before appending, so that the next score's line is whole. A file that is not a cache is refused,
+    never appended to. Bug caught (planted, watched failing): appending straight after the torn line, which
+    glued the next score to it and lost both."""
+    model, tokenizer = hf.load_llm(tiny_llm)
+    path = tmp_path / "scores.jsonl"
+    whole = lengen_eval.evaluate_llm(model, tokenizer, "passkey", 128, 3, cache=hf.ScoreCache(str(path), "tiny"))
+    path.write_bytes(path.read_bytes()[:-20])  # the third prompt's line cut short
+    assert len(hf.ScoreCache(str(path), "tiny").scores) == 2
+    calls = counted(monkeypatch)
+    again = lengen_eval.evaluate_llm(model, tokenizer, "passkey", 128, 3, cache=hf.ScoreCache(str(path), "tiny"))
+    assert len(calls) == 1 and again == whole
+    assert len(hf.ScoreCache(str(path), "tiny").scores) == 3
+    other = tmp_path / "rows.json"
+    other.write_text('{"rows": []}\n')
+    with pytest.raises(lengen_eval.UsageError, match="not a file of prompt scores"):
+        hf.ScoreCache(str(other), "tiny")
+    assert other.read_text() == '{"rows": []}\n'
+
+
+def append_lines(path, writer, lines):
+    cache = hf.ScoreCache(path, "tiny")
+    for i in range(lines):  # lines of 3-6 KB, past a pipe's atomic 4 KB
+        cache.put(cache.key(seed=i, writer=writer), {"said": str(writer) * (3000 + 37 * i % 3000)})
+
+
+def test_two_processes_appending_at_once_keep_every_line_whole(tmp_path):
+    """Two processes append 150 lines each to one file at once: every line reads back. Bug caught (planted,
+    watched failing): a line written in two writes, which the other process's lines cut in two."""
+    import multiprocessing
+
+    path = str(tmp_path / "scores.jsonl")
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=append_lines, args=(path, w, 150)) for w in (1, 2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert [w.exitcode for w in workers] == [0, 0]
+    assert len(hf.ScoreCache(path, "tiny").scores) == 300
+
+
+def test_eval_with_cache_goes_on_where_it_stopped(tiny_llm, tmp_path, monkeypatch, capsys):
+    """eval.py --llm ... --cache FILE, stopped after 3 of 8 prompts (4 a length), then the same command again:
+    5 prompts scored, and the json of an evaluation without --cache. A run with other scalings shares the file
+    without reading the others' scores (dynamic YaRN inside the model's context rotates as the model does:
+    its prompts are read back)."""
+    argv = ["--llm", tiny_llm, "--task", "passkey", "--lengths", "128,160", "--samples", "4", "--threads", "1"]
+    cache = ["--cache", str(tmp_path / "scores.jsonl")]
+    assert lengen_eval.main(argv + ["--json", str(tmp_path / "plain.json")]) == 0
+    counted(monkeypatch, stop_after=3)
+    assert lengen_eval.main(argv + cache) != 0
+    calls = counted(monkeypatch)
+    assert lengen_eval.main(argv + cache + ["--json", str(tmp_path / "cached.json")]) == 0 and len(calls) == 5
+    plain, kept = (json.loads((tmp_path / f).read_text()) for f in ("plain.json", "cached.json"))
+    assert {**kept, "seconds": 0} == {**plain, "seconds": 0}
+    calls = counted(monkeypatch)
+    assert lengen_eval.main(argv + cache + ["--scaling", "dynamic_yarn,yarn", "--factor", "2"]) == 0
+    assert len(calls) == 8  # yarn's; dynamic YaRN's at 128 and 160 are the plain model's
+    capsys.readouterr()
+
+
+def test_an_interrupted_llm_experiment_goes_on_without_fine_tuning_again(tiny_llm, tmp_path, monkeypatch):
+    """experiments/llm.py, a method stopped after 3 of its 5 prompts and run again: the fine-tune its folder
+    holds is reused (fine-tune.json: this command, this model), 2 prompts are scored, and the rows are those
+    of an evaluation never stopped. Bugs caught (each planted, watched failing): the fine-tune run again
+    whatever its folder held (as before issue 50: an hour of SmolLM2's training lost to each interruption), and
+    run_method scoring without its scores.jsonl (5 prompts again); a row's `reused` counting the prompts read
+    back at every length so far, not at its own (llm_report times a prompt by the seconds of those scored)."""
+    import finetune
+    from experiments import llm
+
+    argv = llm.fine_tune_argv
+    monkeypatch.setattr(llm, "fine_tune_argv", lambda *a: [tiny_llm if x == "smollm2" else x for x in argv(*a)])
+    trainings, run = [], train.run
+    monkeypatch.setattr(train, "run", lambda argv: trainings.append(argv) or run(argv))
+    monkeypatch.setattr(finetune, "FIT_PROMPTS", 2)  # a fit check this test does not read
+    setup, args, root = llm.PRESETS["quick"], types.SimpleNamespace(device="cpu", threads=1), str(tmp_path)
+    llm.fine_tune("ft", setup, root, args)
+    counted(monkeypatch, stop_after=3)
+    with pytest.raises(KeyboardInterrupt):
+        llm.run_method("ft", setup, root, args)
+    calls = counted(monkeypatch)
+    resumed = llm.run_method("ft", setup, root, args)
+    assert len(trainings) == 1 and len(calls) == 2
+    os.remove(tmp_path / "ft" / "scores.jsonl")
+    calls = counted(monkeypatch)
+    whole = llm.run_method("ft", setup, root, args)
+    assert len(trainings) == 1 and len(calls) == sum(setup["samples"].values()) == 5
+    assert [r["reused"] for r in resumed["rows"]] == [3, 0] and [r["reused"] for r in whole["rows"]] == [0, 0]
+    assert [{**r, "seconds": 0, "reused": 0} for r in resumed["rows"]] == \
+        [{**r, "seconds": 0, "reused": 0} for r in whole["rows"]]
