@@ -28,7 +28,8 @@ from tqdm import tqdm
 import finetune
 import hf
 import train
-from eval import evaluate_llm, sample_sd
+from eval import sample_sd
+from llm_eval import evaluate_llm
 from experiments.common import command_line, map_jobs, preset_name
 from experiments.stats import FIT_BAR, UNFIT, caption, decide, detectable, unit_verdict
 from runs import UsageError, read_fit, save_atomic

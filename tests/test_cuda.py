@@ -105,10 +105,10 @@ def test_llm_fine_tune_on_cuda_attends_across_gaps_and_reloads(tiny_llm, tmp_pat
 def test_long_prompt_is_scored_with_its_kv_cache_on_cuda(tiny_llm):
     """A prompt of about 4x the tiny model's 512-token context, scored with YaRN x8 at inference: the KV cache
     path of eval.py's LLM evaluation, on CUDA."""
-    import eval as lengen_eval
+    import llm_eval
     import hf
     model, tokenizer, _ = hf.load_for_eval(tiny_llm, "cuda", scaling="yarn", factor=8.0)
-    row = lengen_eval.evaluate_llm(model, tokenizer, "passkey", 2000, samples=2, device="cuda", bf16=True)
+    row = llm_eval.evaluate_llm(model, tokenizer, "passkey", 2000, samples=2, device="cuda", bf16=True)
     assert row["samples"] == 2 and row["logprob"] <= 0
 
 

@@ -1,10 +1,10 @@
-"""The effective length and its interval (eval.effective_length), checked by simulation on known curves: numpy
+"""The effective length and its interval (llm_eval.effective_length), checked by simulation on known curves: numpy
 draws the prompts right at each length, and the interval must cover the curve's true effective length at least
 as often as it says (95 %)."""
 import numpy as np
 import pytest
 
-import eval as E
+import llm_eval as E
 
 LENGTHS = [1024, 2048, 4096, 8192, 16384]
 
@@ -81,9 +81,9 @@ def test_outcomes_at_the_ends_and_the_crossing():
 
 
 def test_sequential_sampling_keeps_the_full_grids_side_of_the_threshold(monkeypatch):
-    """--sequential (eval.evaluate_llm_grid with settle=threshold) stops a length once its side of the threshold
+    """--sequential (llm_eval.evaluate_llm_grid with settle=threshold) stops a length once its side of the threshold
     is settled. Bug caught (each planted and watched failing): stopping when the pooled score merely reaches the
-    threshold ('>=' for '>' in eval.settled: a length at exactly 0.5 read as above it), and counting one depth's
+    threshold ('>=' for '>' in llm_eval.settled: a length at exactly 0.5 read as above it), and counting one depth's
     prompts instead of the round's. On simulated cells, each length falls on the side the full grid puts it,
     the effective length is the full grid's, each cell scores a prefix of the full grid's prompts, and it saves
     prompts where the score is far from the threshold."""

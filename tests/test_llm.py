@@ -20,6 +20,7 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 import hf  # noqa: E402  (after the skip: hf is the LLM path)
 import eval as lengen_eval  # noqa: E402
+import llm_eval  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -265,7 +266,7 @@ def test_smollm2_survives_a_short_ryarn_fine_tune_and_answers_in_context(tmp_pat
     base = hf.load_llm("smollm2")[0].state_dict()
     assert any(not torch.equal(w, base[k]) for k, w in model.state_dict().items())
     # the varied passkey prompt: SmolLM2-135M misses the published one at 1024 tokens (log p -6.8 of its key)
-    row = lengen_eval.evaluate_llm(model, tokenizer, "passkey", 1024, 1, {"depth": 0.5, "template": "varied"})
+    row = llm_eval.evaluate_llm(model, tokenizer, "passkey", 1024, 1, {"depth": 0.5, "template": "varied"})
     assert row["accuracy"] == 1.0, row["prompts"]
 
 
@@ -605,17 +606,17 @@ def test_an_interrupted_evaluation_scores_only_the_prompts_still_missing(tiny_ll
     (5 calls on the rerun); a key without the seed (every prompt read back as the first one's score, so the
     first run was never stopped)."""
     model, tokenizer = hf.load_llm(tiny_llm)
-    whole = lengen_eval.evaluate_llm(model, tokenizer, "passkey", 128, 5)
+    whole = llm_eval.evaluate_llm(model, tokenizer, "passkey", 128, 5)
     path, model_print = str(tmp_path / "scores.jsonl"), hf.fingerprint(tiny_llm)
     counted(monkeypatch, stop_after=2)
     with pytest.raises(KeyboardInterrupt):
-        lengen_eval.evaluate_llm(model, tokenizer, "passkey", 128, 5, cache=hf.ScoreCache(path, model_print))
+        llm_eval.evaluate_llm(model, tokenizer, "passkey", 128, 5, cache=hf.ScoreCache(path, model_print))
     assert len(open(path).read().splitlines()) == 1 + 2  # the header, then a line per prompt scored
     calls = counted(monkeypatch)
-    resumed = lengen_eval.evaluate_llm(model, tokenizer, "passkey", 128, 5, cache=hf.ScoreCache(path, model_print))
+    resumed = llm_eval.evaluate_llm(model, tokenizer, "passkey", 128, 5, cache=hf.ScoreCache(path, model_print))
     assert len(calls) == 3 and resumed == whole
     calls = counted(monkeypatch)
-    assert lengen_eval.evaluate_llm(model, tokenizer, "passkey", 128, 5,
+    assert llm_eval.evaluate_llm(model, tokenizer, "passkey", 128, 5,
                                     cache=hf.ScoreCache(path, model_print)) == whole and calls == []
 
 
@@ -628,7 +629,7 @@ def test_a_cached_score_is_reused_only_for_its_model_prompt_and_rotation(tiny_ll
     path = str(tmp_path / "scores.jsonl")
 
     def evaluate(length=128, options=None, model_print="tiny", **kw):
-        return lengen_eval.evaluate_llm(model, tokenizer, "passkey", length, 2, options,
+        return llm_eval.evaluate_llm(model, tokenizer, "passkey", length, 2, options,
                                         cache=hf.ScoreCache(path, model_print), **kw)
     row = evaluate()
     kept = [json.loads(line) for line in open(path).read().splitlines()[1:]]
@@ -657,11 +658,11 @@ def test_a_torn_last_line_is_ignored_and_the_next_line_is_whole(tiny_llm, tmp_pa
     glued the next score to it and lost both."""
     model, tokenizer = hf.load_llm(tiny_llm)
     path = tmp_path / "scores.jsonl"
-    whole = lengen_eval.evaluate_llm(model, tokenizer, "passkey", 128, 3, cache=hf.ScoreCache(str(path), "tiny"))
+    whole = llm_eval.evaluate_llm(model, tokenizer, "passkey", 128, 3, cache=hf.ScoreCache(str(path), "tiny"))
     path.write_bytes(path.read_bytes()[:-20])  # the third prompt's line cut short
     assert len(hf.ScoreCache(str(path), "tiny").scores) == 2
     calls = counted(monkeypatch)
-    again = lengen_eval.evaluate_llm(model, tokenizer, "passkey", 128, 3, cache=hf.ScoreCache(str(path), "tiny"))
+    again = llm_eval.evaluate_llm(model, tokenizer, "passkey", 128, 3, cache=hf.ScoreCache(str(path), "tiny"))
     assert len(calls) == 1 and again == whole
     assert len(hf.ScoreCache(str(path), "tiny").scores) == 3
     other = tmp_path / "rows.json"

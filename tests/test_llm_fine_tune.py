@@ -23,7 +23,7 @@ import train
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 import hf  # noqa: E402  (after the skip: hf is the LLM path)
-import eval as lengen_eval  # noqa: E402
+import llm_eval  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE, CONTEXT, FACTOR, HEAD_DIM = 5e4, 512, 4.0, 16
@@ -155,7 +155,7 @@ def test_eval_measures_an_llm_run_with_its_saved_schedule(sharp_llm, ryarn_run, 
     assert saved.config.rope_parameters["rope_type"] == "yarn"
 
     def answers(model):
-        return [[e["said"] for e in lengen_eval.evaluate_llm(model, tokenizer, "passkey", n, 3)["prompts"]]
+        return [[e["said"] for e in llm_eval.evaluate_llm(model, tokenizer, "passkey", n, 3)["prompts"]]
                 for n in (128, 256)]
 
     said = [[e["said"] for e in r["prompts"]] for r in data["rows"]]
