@@ -660,6 +660,7 @@ def cli_main(program: str, command, argv: list[str] | None = None, alike: bool =
     Any other error is a bug and keeps its traceback. Under torchrun an error every process finds alike
     (UsageError.everywhere, or every error of a command that is `alike` in every process) is said by rank 0
     alone."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # train.py and eval.py exit at once while they load
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     printable_output()
     try:

@@ -28,6 +28,9 @@ import signal
 import sys
 import time
 
+if __name__ == "__main__":  # Ctrl-C while torch and the rest load (a second or more): one line, as later
+    signal.signal(signal.SIGINT, lambda *_: (os.write(2, b"train.py: interrupted\n"), os._exit(130)))
+
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm

@@ -321,6 +321,44 @@ def test_workers_of_an_experiment_killed_outright_stop(tmp_path):
     assert not left
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the workers through Linux's /proc")
+def test_ctrl_c_while_the_workers_start_is_one_line(tmp_path):
+    """Bug caught (#53 item 21): Ctrl-C in the first seconds of --jobs 2 printed a worker's traceback: a worker
+    still importing torch took SIGINT as a KeyboardInterrupt. The workers get it first here, while they import
+    (a terminal sends it to the parent as well, which raced to stop them before they printed), then the group."""
+    experiment = subprocess.Popen([sys.executable, os.path.join(ROOT, "eval.py"), "--experiment", "retrieval",
+                                   "--quick", "--jobs", "2", "--threads", "1", "--out-dir", "out"], cwd=tmp_path,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while len(workers_in(tmp_path, experiment.pid)) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # past the interpreter's first steps, into the imports (torch's take a second or more)
+        for pid in workers_in(tmp_path, experiment.pid):
+            os.kill(pid, signal.SIGINT)
+        time.sleep(1)
+        os.killpg(experiment.pid, signal.SIGINT)
+        err = experiment.communicate(timeout=60)[1]
+    finally:
+        if experiment.poll() is None:  # the experiment and its workers, should the test fail
+            os.killpg(experiment.pid, signal.SIGKILL)
+    assert experiment.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith("eval.py: interrupted"), err
+
+
+@pytest.mark.parametrize("script", ["train.py", "eval.py"])
+def test_ctrl_c_while_the_command_loads_is_one_line(tmp_path, script):
+    """Bug caught (#53 item 21): Ctrl-C in a command's first second, while it imported torch, printed the import's
+    traceback (and the status of a death by SIGINT, not 130)."""
+    command = subprocess.Popen([sys.executable, os.path.join(ROOT, script), "--help"], cwd=tmp_path,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    command.send_signal(signal.SIGINT)
+    err = command.communicate(timeout=60)[1]
+    assert command.returncode == 130 and err == f"{script}: interrupted\n", err
+
+
 def test_memory_is_the_containers_and_an_allocation_that_fails_is_one_line(tmp_path, monkeypatch, capsys):
     """Bug caught (item 13): the size checks read the machine's memory, not a container's cgroup limit, and a
     size between their lower bound and what a forward really takes ended in a 34-52-line allocation traceback."""
