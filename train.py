@@ -40,7 +40,7 @@ import finetune
 import lengen
 import tasks
 import text_tasks
-from eval import evaluate, final_table, load_run, markdown_table, model_config
+from eval import evaluate, final_table, load_run, markdown_table, mismatch, model_config
 from runs import (MAX_SAMPLES, Interrupted, Parser, RunConfig, RunFolder, UsageError, check_fit_flags, check_machine,
                   check_memory, check_runtime, cli_main, finite, fit_due, fit_record, hold, int_range, int_set,
                   load_checkpoint, made_by_record, physical_memory, record_fit, refuse_unused, resume_config,
@@ -60,13 +60,29 @@ def initial_model(cfg: RunConfig) -> lengen.GPT:
     torch.manual_seed(cfg.seed)  # model init and dropout
     model = lengen.GPT(model_config(cfg)).to(cfg.device)
     if cfg.init:
-        source, _ = load_run(cfg.init)
+        source, trained = load_run(cfg.init)
         try:
             model.load_state_dict(source.state_dict())
-        except RuntimeError as e:
-            raise UsageError(f"--init {cfg.init}: weights do not fit this model ({str(e).splitlines()[0]})") \
-                from None
+        except RuntimeError:
+            differ = [k for k in SHAPE_FLAGS if getattr(trained, k) != getattr(cfg, k)
+                      and (k != "max_len" or "learned" in (cfg.encoding, trained.encoding))]
+            raise UsageError(f"--init {cfg.init}: its weights do not fit this model "
+                             f"({mismatch(model, source.state_dict())}); it was trained with "
+                             f"{', '.join(flag(k, getattr(trained, k)) for k in differ)}, this run has "
+                             f"{', '.join(flag(k, getattr(cfg, k)) for k in differ)}") from None
     return model
+
+
+# The settings that size a model's weights: an --init run must share them.
+SHAPE_FLAGS = ("layers", "dim", "heads", "no_mlp", "encoding", "max_len", "vocab_size")
+
+
+def flag(key: str, value) -> str:
+    """A setting as the command line gives it: --dim 32, --no-mlp, no --no-mlp; the vocabulary by its size."""
+    if key == "vocab_size":
+        return f"a vocabulary of {value} (the task and its options)"
+    name = "--" + key.replace("_", "-")
+    return (name if value else f"no {name}") if isinstance(value, bool) else f"{name} {value}"
 
 
 def make_optimizer(model: lengen.GPT, cfg: RunConfig) -> torch.optim.AdamW:
@@ -224,6 +240,10 @@ def restore(out: str, model: lengen.GPT, optimizer, data_rng: torch.Generator, p
     ckpt = load_checkpoint(out)
     try:
         model.load_state_dict(ckpt["model"])
+    except (TypeError, RuntimeError, AttributeError):  # not a state dict, or not this model's: config.json edited?
+        raise UsageError(f"{out}: checkpoint.pt does not fit its config.json ({mismatch(model, ckpt['model'])}); "
+                         "put back the config.json it was saved with, or start again with --force") from None
+    try:
         optimizer.load_state_dict(ckpt["optimizer"])
         data_rng.set_state(ckpt["data_rng"])
         position_rng.set_state(ckpt["position_rng"])
