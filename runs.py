@@ -363,7 +363,7 @@ def hold(out: str, holder: str = "train.py"):
     finally:
         done.set()
         beat.join()
-        tidy(out)
+        tidy(out, entering=False)
         if lock_owner(lock) == json.loads(me):  # still ours (not broken by another host that thought us gone)
             os.remove(lock)
         if made and not os.listdir(out):  # a run that never started leaves no folder behind
@@ -378,17 +378,24 @@ def touch_while(lock: str, done: threading.Event) -> None:
             os.utime(lock)
 
 
-def tidy(out: str) -> None:
-    """Finish a swap that a kill cut short (finish_swap), then clear what is left of a build that never went in."""
+def tidy(out: str, entering: bool = True) -> None:
+    """Put right what a process killed outright left in `out`: a swap it cut short is finished (finish_swap), and
+    so, on the way in, is one it was about to begin, on a new run that was whole (swap_whole_build); what is left
+    of a build that never became whole is cleared. A whole build is never deleted: on the way out it is one that
+    swap_in could not put in place (it said so), and stays for the next command."""
     try:
         done = finish_swap(out) if os.path.isdir(out) else None
     except OSError as e:  # nothing is deleted: the stages stay as they are for the next try
         raise UsageError(f"{out}: cannot finish a --force swap of runs that was cut short ({e.strerror}); its "
                          f"files are in {', '.join(SWAP.values())} there") from None
+    if done is None and entering and os.path.isdir(out):
+        done = swap_whole_build(out)
     if done:
         print(done, file=sys.stderr)
-    for left in (beside(out, "new"), os.path.join(out, SWAP["new"]), os.path.join(out, SWAP["gone"])):
-        shutil.rmtree(left, ignore_errors=True)
+    for build in (beside(out, "new"), os.path.join(out, SWAP["new"])):
+        if not whole_build(build):
+            shutil.rmtree(build, ignore_errors=True)
+    shutil.rmtree(os.path.join(out, SWAP["gone"]), ignore_errors=True)  # an old run, replaced
     for tmp in (os.path.join(out, name + ".tmp") for name in RUN_FILES):
         if os.path.isfile(tmp):
             os.remove(tmp)
@@ -496,8 +503,9 @@ def swap_in(new: str, out: str) -> None:
                 for name in moved:
                     os.rename(os.path.join(real, name), os.path.join(new, name))
                 put_back(real, stage)
-                raise UsageError(f"cannot put the new run in {out} ({e.strerror}); the run there is unchanged") \
-                    from None
+                raise UsageError(f"cannot put the new run in {out} ({e.strerror}); the run there is unchanged, and "
+                                 f"the new run stays in {new}: the next train.py or eval.py on {out} puts it in "
+                                 "(delete it to discard it)") from None
             shutil.rmtree(stage["gone"], ignore_errors=True)  # what it cannot delete, the next tidy will
             os.rmdir(new)
         sync_folder(real)
@@ -531,10 +539,31 @@ def finish_swap(out: str) -> str | None:
             "new run is in place")
 
 
+def whole_build(folder: str) -> bool:
+    """Whether a new run built in `folder` (build_folder) is whole, as swap_in takes it: its config.json and a
+    small GPT's first checkpoint, or an LLM fine-tune's model/ (which finetune.save renames in once written)."""
+    return os.path.isfile(os.path.join(folder, "config.json")) and (
+        os.path.isfile(os.path.join(folder, "checkpoint.pt")) or os.path.isdir(os.path.join(folder, "model")))
+
+
+def swap_whole_build(out: str) -> str | None:
+    """A new run that was whole but never went in (train.py --force killed between its last file and swap_in),
+    put in place, as the command asked and as a swap cut short one rename later is (finish_swap). Returns one
+    line that says so, or None where there is none."""
+    for new in (os.path.join(os.path.realpath(out), SWAP["new"]), beside(out, "new")):
+        if whole_build(new):
+            resumable = os.path.isfile(os.path.join(new, "checkpoint.pt"))
+            swap_in(new, out)
+            return (f"{out}: a --force run here was killed as it was about to go in; it is in place now" +
+                    (f": continue it with python train.py --resume --out {out}" if resumable else ""))
+    return None
+
+
 def settle(run_dir: str) -> None:
     """Before a run is read: a swap that a kill cut short in its folder is finished (finish_swap, which says so),
     under the folder's lock, so that a swap going on in another process is left alone (and said to be)."""
-    if any(os.path.isdir(os.path.join(run_dir, SWAP[stage])) for stage in ("going", "old")):
+    if any(os.path.isdir(os.path.join(run_dir, SWAP[stage])) for stage in ("going", "old")) \
+            or whole_build(os.path.join(run_dir, SWAP["new"])):
         with hold(run_dir):
             pass
 

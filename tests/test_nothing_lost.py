@@ -566,6 +566,50 @@ def test_a_swap_whose_rename_fails_part_way_puts_the_old_run_back_whole(two_runs
     assert call > 5 and run_files(run) == new
 
 
+def test_a_whole_new_run_killed_before_its_swap_began_goes_in(two_runs, tmp_path, capsys):
+    """Bug caught (#53, round four's follow-up): a train.py --force killed after its new run's first checkpoint
+    but before swap_in began left the whole new run in out/.lengen.new, and the next command on the folder deleted
+    it. Now it is put in place, as the command asked and as a swap cut short one rename later is, and said to be;
+    a build that never became whole (no checkpoint) is still cleared."""
+    import eval as lengen_eval
+    template, old, new = two_runs
+    for command in ("train", "eval"):
+        run = str(tmp_path / command)
+        shutil.copytree(template, run)
+        capsys.readouterr()
+        if command == "train":  # a plain train.py, refused: the folder holds a run
+            assert train.main([*RUN, "--out", run]) == 2
+        else:
+            assert lengen_eval.main([run, "--lengths", "16", "--samples", "4", "--threads", "1"]) == 0
+        err = capsys.readouterr().err
+        assert run_files(run) == new and not [f for f in os.listdir(run) if f.startswith(".")], command
+        assert f"continue it with python train.py --resume --out {run}" in err, err
+    beside = tmp_path / ".fresh.new"  # built beside --out, which did not exist yet
+    shutil.copytree(os.path.join(template, ".lengen.new"), beside)
+    assert train.main([*RUN, "--out", str(tmp_path / "fresh")]) == 2
+    assert run_files(tmp_path / "fresh") == new and not beside.exists()
+    half = str(tmp_path / "half")  # killed before its first checkpoint: nothing whole to keep
+    shutil.copytree(template, half)
+    os.remove(os.path.join(half, ".lengen.new", "checkpoint.pt"))
+    assert train.main([*RUN, "--out", half]) == 2
+    assert run_files(half) == old and not [f for f in os.listdir(half) if f.startswith(".")]
+
+
+def test_a_whole_new_run_that_swap_in_cannot_put_in_place_is_kept(tmp_path, monkeypatch, capsys):
+    """A rename that fails in swap_in leaves the old run as it was; the new run, whole, was then deleted with
+    the rest of the build on the way out (an LLM fine-tune of hours lost). Now it stays, for the next command."""
+    import errno
+    run = str(tmp_path / "run")
+    assert train.main([*RUN, "--out", run]) == 0
+    old = run_files(run)
+    renames_fail_at(monkeypatch, 1, OSError(errno.EIO, os.strerror(errno.EIO)))
+    assert train.main([*RUN, "--seed", "1", "--force", "--out", run]) == 2
+    monkeypatch.undo()
+    assert run_files(run) == old and "the new run stays in" in capsys.readouterr().err
+    assert train.main([*RUN, "--out", run]) == 2  # the next command puts it in
+    assert json.load(open(os.path.join(run, "config.json")))["seed"] == 1
+
+
 def test_a_forced_run_that_diverges_in_its_first_step_leaves_the_old_run(tmp_path, monkeypatch, capsys):
     """Bug caught (item 5): --force with settings whose first step turns the weights to NaN while its loss was
     finite (here a backward that overflows: every gradient NaN) swapped in that checkpoint, then stopped at step
