@@ -42,8 +42,8 @@ import tasks
 import text_tasks
 from eval import evaluate, final_table, load_run, markdown_table, mismatch, model_config
 from runs import (MAX_SAMPLES, Interrupted, Parser, RunConfig, RunFolder, UsageError, check_fit_flags, check_machine,
-                  check_memory, check_runtime, cli_main, finite, fit_due, fit_record, hold, int_range, int_set,
-                  load_checkpoint, made_by_record, physical_memory, record_fit, refuse_unused, resume_config,
+                  check_memory, check_optimizer, check_runtime, cli_main, finite, fit_due, fit_record, hold, int_range,
+                  int_set, load_checkpoint, made_by_record, physical_memory, record_fit, refuse_unused, resume_config,
                   save_atomic)
 
 
@@ -59,7 +59,7 @@ def initial_model(cfg: RunConfig) -> lengen.GPT:
     """The model before its first step: initialised from the seed, or with another run's weights (--init)."""
     torch.manual_seed(cfg.seed)  # model init and dropout
     model = lengen.GPT(model_config(cfg)).to(cfg.device)
-    if cfg.init:
+    if cfg.init and not cfg.resume:  # a resumed run's weights are its checkpoint's
         source, trained = load_run(cfg.init)
         try:
             model.load_state_dict(source.state_dict())
@@ -256,6 +256,9 @@ def restore(out: str, model: lengen.GPT, optimizer, data_rng: torch.Generator, p
             lines = f.readlines()
     except FileNotFoundError:  # deleted: the run goes on, logging from its checkpoint
         lines = []
+    except OSError as e:  # a folder in its place
+        raise UsageError(f"{path}: {e.strerror}; move it aside to resume (the run goes on from its checkpoint)") \
+            from None
     # each kept line ends with its newline: one that lost it (a power cut) would run into the next step's
     kept = [line.rstrip("\n") + "\n" for line in lines if (step := logged_step(line)) is not None
             and step <= ckpt["step"]]
@@ -553,12 +556,19 @@ def check_weights(cfg: RunConfig) -> None:
 
 
 def check_resumed(cfg: RunConfig) -> None:
-    """What --resume reads from a config.json that may have been edited by hand: the model it describes can be
-    built, and the machine has its device (say --device cpu to continue a GPU run here)."""
+    """What --resume reads from a config.json that may have been edited by hand (its types checked as it was read,
+    runs.check_saved_types): every setting in the range the command line allows, a task that holds its training
+    lengths, a model that can be built; and the machine has its device (say --device cpu to continue a GPU run
+    here)."""
     try:
+        check_optimizer(cfg)
+        check_numbers(cfg)
+        check_positions(cfg)
         check_weights(cfg)
+        for n in cfg.train_len:
+            tasks.make_batch(cfg.task, 1, n, torch.Generator(), **cfg.task_options)
         lengen.GPT(model_config(cfg))
-    except (TypeError, ValueError) as e:
+    except (UsageError, TypeError, ValueError) as e:
         raise UsageError(f"{cfg.out}/config.json: {e}") from None
     check_machine(cfg.device, cfg.threads)
 

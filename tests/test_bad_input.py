@@ -54,11 +54,19 @@ def runs(tmp_path_factory):
         shutil.copytree(run, root / name)
         torch.save(content, root / name / "checkpoint.pt")
     config = json.loads((root / "run" / "config.json").read_text())
-    for name, edit in {"config-bogus-encoding": {"encoding": "bogus"}, "config-steps-ten": {"steps": "ten"},
-                       "config-vocab-string": {"vocab_size": "18"}, "config-cuda": {"device": "cuda"},
-                       "config-train-len": {"train_len": [20, 10]}, "config-dim": {"dim": 64}}.items():  # config.json edited by hand
+    edits = {"config-bogus-encoding": {"encoding": "bogus"}, "config-steps-ten": {"steps": "ten"},
+             "config-vocab-string": {"vocab_size": "18"}, "config-cuda": {"device": "cuda"},
+             "config-train-len": {"train_len": [20, 10]}, "config-dim": {"dim": 64},
+             "config-len-text": {"train_len": "ab"}, "config-options-list": {"task_options": [1]},
+             "config-threads-text": {"threads": "x"}, "config-init-number": {"init": 5},
+             "config-save-every-0": {"save_every": 0, "steps": 30}, "config-lr-negative": {"lr": -1.0, "steps": 30},
+             "config-eval-samples": {"eval_samples": -4}}
+    for name, edit in edits.items():  # config.json edited by hand
         shutil.copytree(run, root / name)
         (root / name / "config.json").write_text(json.dumps({**config, **edit}))
+    shutil.copytree(run, root / "log-folder")  # a log that cannot be read as a file
+    os.remove(root / "log-folder" / "log.jsonl")
+    os.makedirs(root / "log-folder" / "log.jsonl")
     os.makedirs(root / "llm-run" / "model")  # what train.py --llm leaves: config.json, log.jsonl, model/
     (root / "llm-run" / "config.json").write_text(json.dumps({"llm": "smollm2", "method": "ryarn"}))
     return root
@@ -181,6 +189,17 @@ CASES = [
     ("train", ["--resume", "--out", "{runs}/config-dim"],
      "checkpoint.pt does not fit its config.json (tok.weight is (17, 32) in the weights, (17, 64) in the model)"),
     pytest.param("train", ["--resume", "--out", "{runs}/config-cuda"], "no such device", marks=cuda),
+    # more of the same (#53 item 23): each was a traceback
+    ("eval", ["{runs}/config-steps-ten", "--lengths", "16"], 'steps is "ten", not an integer'),
+    ("eval", ["{runs}/config-len-text"], 'train_len is "ab", not [LOW, HIGH]'),
+    ("eval", ["{runs}/config-options-list", "--lengths", "16"], "task_options is [1], not an object"),
+    ("train", ["--resume", "--out", "{runs}/config-options-list"], "task_options is [1], not an object"),
+    ("train", ["--resume", "--out", "{runs}/config-threads-text"], 'threads is "x", not an integer'),
+    ("train", ["--resume", "--out", "{runs}/config-init-number"], "init is 5, not a run's folder"),
+    ("train", ["--resume", "--out", "{runs}/config-save-every-0"], "config.json: --save-every must be >= 1"),
+    ("train", ["--resume", "--out", "{runs}/config-lr-negative"], "config.json: --lr must be > 0"),
+    ("train", ["--resume", "--out", "{runs}/config-eval-samples"], "config.json: --eval-samples must be >= 0"),
+    ("train", ["--resume", "--out", "{runs}/log-folder"], "log.jsonl: Is a directory"),
     # ranges the position samplers cannot draw from, and spans xPos cannot represent, before --force replaces
     ("train", ["--out", "{runs}/run", "--force", "--encoding", "t5", "--positions", "randomized",
                "--max-position", "100000000000000000000"], "above 2^53"),
@@ -224,6 +243,16 @@ def test_llm_that_cannot_be_loaded_is_one_line_at_once(tmp_path, script, spec, m
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert message in result.stderr
     assert set(os.listdir(tmp_path)) <= {"hf-home"}  # no run folder
+
+
+def test_a_run_started_from_another_resumes_once_that_one_is_gone(tmp_path):
+    """Bug caught (#53 item 23): --resume loaded the --init run's weights again (then replaced them by the
+    checkpoint's), so a run whose --init source had since been deleted could not be resumed."""
+    source, run = str(tmp_path / "source"), str(tmp_path / "run")
+    assert main("train", [*TINY, "--steps", "3", "--out", source]) == 0
+    assert main("train", [*TINY, "--steps", "3", "--init", source, "--out", run]) == 0
+    shutil.rmtree(source)
+    assert main("train", ["--resume", "--out", run]) == 0
 
 
 def test_output_closed_early_is_one_line(runs):
