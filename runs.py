@@ -859,6 +859,8 @@ def check_optimizer(args) -> None:
         raise UsageError("--lr must be > 0, --wd and --warmup >= 0")
     if not -2 ** 63 <= args.seed < 2 ** 63:  # torch seeds are 64-bit
         raise UsageError(f"--seed must fit in a signed 64-bit integer, got {args.seed}")
+    if args.lr > torch.finfo(torch.float32).max:  # the optimizer's step scales float32 numbers by it
+        raise UsageError(f"--lr {args.lr:g} is beyond float32's range (a learning rate is far below 1)")
 
 
 # Sequences or prompts measured per length: at 10^6 a 95 % interval is already +-0.001; 10^12 would only grow the

@@ -200,6 +200,7 @@ CASES = [
     ("train", ["--resume", "--out", "{runs}/config-lr-negative"], "config.json: --lr must be > 0"),
     ("train", ["--resume", "--out", "{runs}/config-eval-samples"], "config.json: --eval-samples must be >= 0"),
     ("train", ["--resume", "--out", "{runs}/log-folder"], "log.jsonl: Is a directory"),
+    ("train", ["--lr", "1e308"], "--lr 1e+308 is beyond float32's range"),  # torch's overflow at the first step
     # ranges the position samplers cannot draw from, and spans xPos cannot represent, before --force replaces
     ("train", ["--out", "{runs}/run", "--force", "--encoding", "t5", "--positions", "randomized",
                "--max-position", "100000000000000000000"], "above 2^53"),
