@@ -383,8 +383,7 @@ def touch_while(lock: str, done: threading.Event) -> None:
 def tidy(out: str, entering: bool = True) -> None:
     """Put right what a process killed outright left in `out`: a swap it cut short is finished (finish_swap), and
     so, on the way in, is one it was about to begin, on a new run that was whole (swap_whole_build); what is left
-    of a build that never became whole is cleared. A whole build is never deleted: on the way out it is one that
-    swap_in could not put in place (it said so), and stays for the next command."""
+    of a build that never went in is cleared (on the way out: this process's own, which failed or was stopped)."""
     try:
         done = finish_swap(out) if os.path.isdir(out) else None
     except OSError as e:  # nothing is deleted: the stages stay as they are for the next try
@@ -394,10 +393,8 @@ def tidy(out: str, entering: bool = True) -> None:
         done = swap_whole_build(out)
     if done:
         print(done, file=sys.stderr)
-    for build in (beside(out, "new"), os.path.join(out, SWAP["new"])):
-        if not whole_build(build):
-            shutil.rmtree(build, ignore_errors=True)
-    shutil.rmtree(os.path.join(out, SWAP["gone"]), ignore_errors=True)  # an old run, replaced
+    for left in (beside(out, "new"), os.path.join(out, SWAP["new"]), os.path.join(out, SWAP["gone"])):
+        shutil.rmtree(left, ignore_errors=True)
     for tmp in (os.path.join(out, name + ".tmp") for name in RUN_FILES):
         if os.path.isfile(tmp):
             os.remove(tmp)
@@ -505,9 +502,8 @@ def swap_in(new: str, out: str) -> None:
                 for name in moved:
                     os.rename(os.path.join(real, name), os.path.join(new, name))
                 put_back(real, stage)
-                raise UsageError(f"cannot put the new run in {out} ({e.strerror}); the run there is unchanged, and "
-                                 f"the new run stays in {new}: the next train.py or eval.py on {out} puts it in "
-                                 "(delete it to discard it)") from None
+                raise UsageError(f"cannot put the new run in {out} ({e.strerror}); the run there is unchanged") \
+                    from None
             shutil.rmtree(stage["gone"], ignore_errors=True)  # what it cannot delete, the next tidy will
             os.rmdir(new)
         sync_folder(real)
