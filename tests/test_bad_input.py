@@ -315,10 +315,12 @@ def uninterrupted(tmp_path_factory):
     return run
 
 
+# Only the first is in the fast suite: resuming from step 0 is the same restore, and SIGTERM stops a run as Ctrl-C
+# does (test_cli.test_interrupted_run_resumes_to_the_same_numbers; SIGTERM's 130: test_two_trainings_into_one_folder).
 @pytest.mark.parametrize("sig, save_every, kill_at", [
-    (signal.SIGKILL, 50, 70),     # past the checkpoint at step 50: steps 60 and 70 are logged, not saved
-    (signal.SIGKILL, 1000, 10),   # before the first periodic checkpoint: the run resumes from step 0
-    (signal.SIGTERM, 50, 70)], ids=["SIGKILL", "SIGKILL-early", "SIGTERM"])
+    pytest.param(signal.SIGKILL, 50, 70, id="SIGKILL"),  # past the checkpoint at step 50: 60 and 70 logged, not saved
+    pytest.param(signal.SIGKILL, 1000, 10, id="SIGKILL-early", marks=pytest.mark.slow),  # resumes from step 0
+    pytest.param(signal.SIGTERM, 50, 70, id="SIGTERM", marks=pytest.mark.slow)])
 def test_killed_run_resumes_to_the_same_weights_and_log(uninterrupted, tmp_path, sig, save_every, kill_at):
     run = str(tmp_path / "run")
     proc = start(*KILLED, "--save-every", str(save_every), "--out", run)
@@ -506,6 +508,7 @@ def test_a_model_trained_from_its_recorded_command_is_reused_by_the_experiment(t
     assert os.stat(os.path.join(out, "checkpoint.pt")).st_mtime_ns == stamp  # reused, not trained again
 
 
+@pytest.mark.slow  # the fast suite stops a --jobs pool by Ctrl-C: test_nothing_lost.test_ctrl_c_while_the_workers_start
 def test_sigterm_stops_an_experiment_with_jobs_promptly_and_keeps_finished_runs(tmp_path):
     """Bug caught (#24 item 5): SIGTERM to `eval.py --experiment NAME --jobs 2` trained every queued model
     before it stopped, then discarded them. Now the queue is cancelled, the workers stop within a step, and

@@ -111,7 +111,8 @@ def test_a_results_file_cut_short_is_said_to_be_cut_short(tmp_path, monkeypatch,
     assert "not readable JSON, or cut short" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["config.json", "checkpoint.pt", "log.jsonl"])
+@pytest.mark.parametrize("name", [pytest.param("config.json", marks=pytest.mark.slow), "checkpoint.pt",
+                                  pytest.param("log.jsonl", marks=pytest.mark.slow)])  # one check for every run file
 def test_eval_never_writes_over_a_runs_own_files(tmp_path, name):
     """Bug caught (item 6): eval.py RUN --json RUN/config.json overwrote the run's config: exit 0, run lost."""
     run = str(tmp_path / "run")
