@@ -28,9 +28,13 @@ import io
 import json
 import math
 import os
+import signal
 import stat
 import sys
 import time
+
+if __name__ == "__main__":  # Ctrl-C while torch and the rest load (a second or more): one line, as later
+    signal.signal(signal.SIGINT, lambda *_: (os.write(2, b"eval.py: interrupted\n"), os._exit(130)))
 
 import torch
 

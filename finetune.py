@@ -412,9 +412,11 @@ def save(model, tokenizer, cfg: LLMConfig, out: str | None, log, fit: dict):
         check_weights(state, "after the last step")  # rank 0 holds them all; its error ends the launch
         if fit["bar"]:
             save_atomic(os.path.join(out, "fit.json"), lambda f: f.write(json.dumps(fit).encode()))
+        saving = os.path.join(out, "model.saving")  # renamed model/ once whole: a build with model/ is whole
         with hf.hushed(cfg.quiet):  # its "Writing model shards" bar
-            model.save_pretrained(os.path.join(out, "model"), state_dict=state)
-            tokenizer.save_pretrained(os.path.join(out, "model"))
+            model.save_pretrained(saving, state_dict=state)
+            tokenizer.save_pretrained(saving)
+        os.rename(saving, os.path.join(out, "model"))
     return model.eval()
 
 

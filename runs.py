@@ -216,7 +216,9 @@ def read_config(run_dir: str) -> RunConfig:
     if missing:
         raise UsageError(f"{path} is not a small-GPT run's config (no '{missing[0]}')")
     known = {f.name for f in dataclasses.fields(RunConfig)} - set(RUNTIME_KEYS)
-    return RunConfig(**{**{k: v for k, v in saved.items() if k in known}, "out": run_dir})
+    cfg = RunConfig(**{**{k: v for k, v in saved.items() if k in known}, "out": run_dir})
+    check_saved_types(run_dir, cfg)
+    return cfg
 
 
 def load_checkpoint(run_dir: str) -> dict:
@@ -383,7 +385,7 @@ def hold(out: str, holder: str = "train.py"):
     finally:
         done.set()
         beat.join()
-        tidy(out)
+        tidy(out, entering=False)
         if lock_owner(lock) == json.loads(me):  # still ours (not broken by another host that thought us gone)
             os.remove(lock)
         if made and not os.listdir(out):  # a run that never started leaves no folder behind
@@ -398,13 +400,17 @@ def touch_while(lock: str, done: threading.Event) -> None:
             os.utime(lock)
 
 
-def tidy(out: str) -> None:
-    """Finish a swap that a kill cut short (finish_swap), then clear what is left of a build that never went in."""
+def tidy(out: str, entering: bool = True) -> None:
+    """Put right what a process killed outright left in `out`: a swap it cut short is finished (finish_swap), and
+    so, on the way in, is one it was about to begin, on a new run that was whole (swap_whole_build); what is left
+    of a build that never went in is cleared (on the way out: this process's own, which failed or was stopped)."""
     try:
         done = finish_swap(out) if os.path.isdir(out) else None
     except OSError as e:  # nothing is deleted: the stages stay as they are for the next try
         raise UsageError(f"{out}: cannot finish a --force swap of runs that was cut short ({e.strerror}); its "
                          f"files are in {', '.join(SWAP.values())} there") from None
+    if done is None and entering and os.path.isdir(out):
+        done = swap_whole_build(out)
     if done:
         print(done, file=sys.stderr)
     for left in (beside(out, "new"), os.path.join(out, SWAP["new"]), os.path.join(out, SWAP["gone"])):
@@ -551,10 +557,31 @@ def finish_swap(out: str) -> str | None:
             "new run is in place")
 
 
+def whole_build(folder: str) -> bool:
+    """Whether a new run built in `folder` (build_folder) is whole, as swap_in takes it: its config.json and a
+    small GPT's first checkpoint, or an LLM fine-tune's model/ (which finetune.save renames in once written)."""
+    return os.path.isfile(os.path.join(folder, "config.json")) and (
+        os.path.isfile(os.path.join(folder, "checkpoint.pt")) or os.path.isdir(os.path.join(folder, "model")))
+
+
+def swap_whole_build(out: str) -> str | None:
+    """A new run that was whole but never went in (train.py --force killed between its last file and swap_in),
+    put in place, as the command asked and as a swap cut short one rename later is (finish_swap). Returns one
+    line that says so, or None where there is none."""
+    for new in (os.path.join(os.path.realpath(out), SWAP["new"]), beside(out, "new")):
+        if whole_build(new):
+            resumable = os.path.isfile(os.path.join(new, "checkpoint.pt"))
+            swap_in(new, out)
+            return (f"{out}: a --force run here was killed as it was about to go in; it is in place now" +
+                    (f": continue it with python train.py --resume --out {out}" if resumable else ""))
+    return None
+
+
 def settle(run_dir: str) -> None:
     """Before a run is read: a swap that a kill cut short in its folder is finished (finish_swap, which says so),
     under the folder's lock, so that a swap going on in another process is left alone (and said to be)."""
-    if any(os.path.isdir(os.path.join(run_dir, SWAP[stage])) for stage in ("going", "old")):
+    if any(os.path.isdir(os.path.join(run_dir, SWAP[stage])) for stage in ("going", "old")) \
+            or whole_build(os.path.join(run_dir, SWAP["new"])):
         with hold(run_dir):
             pass
 
@@ -680,6 +707,7 @@ def cli_main(program: str, command, argv: list[str] | None = None, alike: bool =
     Any other error is a bug and keeps its traceback. Under torchrun an error every process finds alike
     (UsageError.everywhere, or every error of a command that is `alike` in every process) is said by rank 0
     alone."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # train.py and eval.py exit at once while they load
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     printable_output()
     try:
@@ -732,30 +760,50 @@ def resume_config(args, given: dict) -> RunConfig:
     if differ:
         raise UsageError(f"{args.out} was trained with other settings: {', '.join(differ)}; resume without them, "
                          "or start again with --force")
-    check_saved_types(args.out, cfg)
     return dataclasses.replace(cfg, resume=True, force=False, out=args.out, quiet=args.quiet,
                                threads=args.threads or cfg.threads, device=given.get("device", cfg.device),
                                train_len=tuple(cfg.train_len), curriculum=cfg.curriculum and tuple(cfg.curriculum))
 
 
+# What each key of a small-GPT run's config.json holds, as the command line gives it (None: also none at all).
+SAVED_KINDS = {**dict.fromkeys(("vocab_size", "layers", "heads", "dim", "original_len", "max_len", "max_position",
+                                "steps", "batch", "warmup", "seed", "save_every", "eval_samples", "fit_every"),
+                               "an integer"),
+               **dict.fromkeys(("rope_base", "factor", "lr", "wd"), "a finite number"),
+               **dict.fromkeys(("task", "encoding", "scaling", "positions", "attention", "device"), "a string"),
+               **dict.fromkeys(("no_mlp", "linear_normalised", "compile"), "true or false"),
+               "task_options": "an object", "threads": "an integer or none", "alibi_slope_heads": "an integer or none",
+               "fit_bar": "a finite number or none", "init": "a run's folder or none"}
+
+
+def saved_kind(value, kind: str) -> bool:
+    """Whether a value read from config.json is of a kind SAVED_KINDS names."""
+    if kind.endswith(" or none"):
+        return value is None or saved_kind(value, kind[:-len(" or none")])
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    return {"an integer": whole, "a finite number": (whole or isinstance(value, float)) and math.isfinite(value),
+            "a string": isinstance(value, str), "a run's folder": isinstance(value, str),
+            "true or false": isinstance(value, bool),
+            "an object": isinstance(value, dict) and all(isinstance(k, str) for k in value)}[kind]
+
+
 def check_saved_types(out: str, cfg: RunConfig) -> None:
     """A config.json edited by hand holds what the command line would have given: integers where it takes
-    integers, numbers where it takes numbers (train.check_resumed then builds the model it describes)."""
-    def whole(v):
-        return isinstance(v, int) and not isinstance(v, bool)
-    integers = ("vocab_size", "layers", "heads", "dim", "original_len", "max_len", "max_position", "steps", "batch",
-                "warmup", "seed", "save_every", "eval_samples")
-    for key in integers:
-        if not whole(getattr(cfg, key)):
-            raise UsageError(f"{out}/config.json: {key} is {json.dumps(getattr(cfg, key))}, not an integer")
-    for key in ("rope_base", "factor", "lr", "wd"):
+    integers, numbers where it takes numbers, and so on (SAVED_KINDS); train.check_resumed then checks their
+    ranges and builds the model it describes."""
+    for key, kind in SAVED_KINDS.items():
         value = getattr(cfg, key)
-        if not (whole(value) or isinstance(value, float)) or not math.isfinite(value):
-            raise UsageError(f"{out}/config.json: {key} is {json.dumps(value)}, not a finite number")
-    if not (isinstance(cfg.train_len, list) and len(cfg.train_len) == 2 and all(map(whole, cfg.train_len))
-            and 0 < cfg.train_len[0] <= cfg.train_len[1]):
-        raise UsageError(f"{out}/config.json: train_len is {json.dumps(cfg.train_len)}, not [LOW, HIGH] with "
+        if not saved_kind(value, kind):
+            raise UsageError(f"{out}/config.json: {key} is {json.dumps(value)}, not {kind.removesuffix(' or none')}")
+    length = cfg.train_len
+    if not (isinstance(length, list) and len(length) == 2 and all(saved_kind(n, "an integer") for n in length)
+            and 0 < length[0] <= length[1]):
+        raise UsageError(f"{out}/config.json: train_len is {json.dumps(length)}, not [LOW, HIGH] with "
                          "0 < LOW <= HIGH")
+    shape = cfg.curriculum
+    if shape is not None and not (isinstance(shape, list) and len(shape) == 3
+                                  and all(saved_kind(n, "an integer") for n in shape[:2]) and isinstance(shape[2], str)):
+        raise UsageError(f"{out}/config.json: curriculum is {json.dumps(shape)}, not [START, END, SHAPE] or null")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -817,11 +865,18 @@ def refuse_unused(args, parser, flags, why) -> None:
 
 def check_runtime(args) -> None:
     """Settings every run shares: optimizer numbers, the seed, threads, device."""
+    check_optimizer(args)
+    check_machine(args.device, args.threads)
+
+
+def check_optimizer(args) -> None:
+    """The optimizer's numbers and the seed (args: a command line, or a RunConfig read back)."""
     if args.lr <= 0 or args.wd < 0 or args.warmup < 0:
         raise UsageError("--lr must be > 0, --wd and --warmup >= 0")
     if not -2 ** 63 <= args.seed < 2 ** 63:  # torch seeds are 64-bit
         raise UsageError(f"--seed must fit in a signed 64-bit integer, got {args.seed}")
-    check_machine(args.device, args.threads)
+    if args.lr > torch.finfo(torch.float32).max:  # the optimizer's step scales float32 numbers by it
+        raise UsageError(f"--lr {args.lr:g} is beyond float32's range (a learning rate is far below 1)")
 
 
 # Sequences or prompts measured per length: at 10^6 a 95 % interval is already +-0.001; 10^12 would only grow the

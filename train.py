@@ -28,6 +28,9 @@ import signal
 import sys
 import time
 
+if __name__ == "__main__":  # Ctrl-C while torch and the rest load (a second or more): one line, as later
+    signal.signal(signal.SIGINT, lambda *_: (os.write(2, b"train.py: interrupted\n"), os._exit(130)))
+
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
@@ -37,10 +40,10 @@ import finetune
 import lengen
 import tasks
 import text_tasks
-from eval import evaluate, final_table, load_run, markdown_table, model_config
+from eval import evaluate, final_table, load_run, markdown_table, mismatch, model_config
 from runs import (MAX_SAMPLES, Interrupted, Parser, RunConfig, RunFolder, UsageError, check_fit_flags, check_machine,
-                  check_memory, check_runtime, cli_main, finite, fit_due, fit_record, hold, int_range, int_set,
-                  load_checkpoint, made_by_record, physical_memory, record_fit, refuse_unused, resume_config,
+                  check_memory, check_optimizer, check_runtime, cli_main, finite, fit_due, fit_record, hold, int_range,
+                  int_set, load_checkpoint, made_by_record, physical_memory, record_fit, refuse_unused, resume_config,
                   save_atomic)
 
 
@@ -56,14 +59,30 @@ def initial_model(cfg: RunConfig) -> lengen.GPT:
     """The model before its first step: initialised from the seed, or with another run's weights (--init)."""
     torch.manual_seed(cfg.seed)  # model init and dropout
     model = lengen.GPT(model_config(cfg)).to(cfg.device)
-    if cfg.init:
-        source, _ = load_run(cfg.init)
+    if cfg.init and not cfg.resume:  # a resumed run's weights are its checkpoint's
+        source, trained = load_run(cfg.init)
         try:
             model.load_state_dict(source.state_dict())
-        except RuntimeError as e:
-            raise UsageError(f"--init {cfg.init}: weights do not fit this model ({str(e).splitlines()[0]})") \
-                from None
+        except RuntimeError:
+            differ = [k for k in SHAPE_FLAGS if getattr(trained, k) != getattr(cfg, k)
+                      and (k != "max_len" or "learned" in (cfg.encoding, trained.encoding))]
+            raise UsageError(f"--init {cfg.init}: its weights do not fit this model "
+                             f"({mismatch(model, source.state_dict())}); it was trained with "
+                             f"{', '.join(flag(k, getattr(trained, k)) for k in differ)}, this run has "
+                             f"{', '.join(flag(k, getattr(cfg, k)) for k in differ)}") from None
     return model
+
+
+# The settings that size a model's weights: an --init run must share them.
+SHAPE_FLAGS = ("layers", "dim", "heads", "no_mlp", "encoding", "max_len", "vocab_size")
+
+
+def flag(key: str, value) -> str:
+    """A setting as the command line gives it: --dim 32, --no-mlp, no --no-mlp; the vocabulary by its size."""
+    if key == "vocab_size":
+        return f"a vocabulary of {value} (the task and its options)"
+    name = "--" + key.replace("_", "-")
+    return (name if value else f"no {name}") if isinstance(value, bool) else f"{name} {value}"
 
 
 def make_optimizer(model: lengen.GPT, cfg: RunConfig) -> torch.optim.AdamW:
@@ -256,6 +275,10 @@ def restore(out: str, model: lengen.GPT, optimizer, data_rng: torch.Generator, p
     ckpt = load_checkpoint(out)
     try:
         model.load_state_dict(ckpt["model"])
+    except (TypeError, RuntimeError, AttributeError):  # not a state dict, or not this model's: config.json edited?
+        raise UsageError(f"{out}: checkpoint.pt does not fit its config.json ({mismatch(model, ckpt['model'])}); "
+                         "put back the config.json it was saved with, or start again with --force") from None
+    try:
         optimizer.load_state_dict(ckpt["optimizer"])
         data_rng.set_state(ckpt["data_rng"])
         position_rng.set_state(ckpt["position_rng"])
@@ -268,6 +291,9 @@ def restore(out: str, model: lengen.GPT, optimizer, data_rng: torch.Generator, p
             lines = f.readlines()
     except FileNotFoundError:  # deleted: the run goes on, logging from its checkpoint
         lines = []
+    except OSError as e:  # a folder in its place
+        raise UsageError(f"{path}: {e.strerror}; move it aside to resume (the run goes on from its checkpoint)") \
+            from None
     # each kept line ends with its newline: one that lost it (a power cut) would run into the next step's
     kept = [line.rstrip("\n") + "\n" for line in lines if (step := logged_step(line)) is not None
             and step <= ckpt["step"]]
@@ -596,12 +622,19 @@ def check_weights(cfg: RunConfig) -> None:
 
 
 def check_resumed(cfg: RunConfig) -> None:
-    """What --resume reads from a config.json that may have been edited by hand: the model it describes can be
-    built, and the machine has its device (say --device cpu to continue a GPU run here)."""
+    """What --resume reads from a config.json that may have been edited by hand (its types checked as it was read,
+    runs.check_saved_types): every setting in the range the command line allows, a task that holds its training
+    lengths, a model that can be built; and the machine has its device (say --device cpu to continue a GPU run
+    here)."""
     try:
+        check_optimizer(cfg)
+        check_numbers(cfg)
+        check_positions(cfg)
         check_weights(cfg)
+        for n in cfg.train_len:
+            tasks.make_batch(cfg.task, 1, n, torch.Generator(), **cfg.task_options)
         lengen.GPT(model_config(cfg))
-    except (TypeError, ValueError) as e:
+    except (UsageError, TypeError, ValueError) as e:
         raise UsageError(f"{cfg.out}/config.json: {e}") from None
     check_machine(cfg.device, cfg.threads)
 

@@ -26,6 +26,7 @@ import importlib
 import json
 import math
 import multiprocessing
+import multiprocessing.resource_tracker
 import os
 import re
 import resource
@@ -441,8 +442,8 @@ def map_jobs(worker, items: list, jobs: int = 1, threads: int = 1, bar=None) -> 
         sys.warnoptions.append(quiet_tracker)
     with concurrent.futures.ProcessPoolExecutor(jobs, multiprocessing.get_context("spawn"),
                                                 initializer=worker_setup, initargs=(threads, os.getpid())) as pool:
-        futures = [pool.submit(run_job, worker, item) for item in items]
         try:
+            futures = start_workers(pool, worker, items)
             for future in concurrent.futures.as_completed(futures):
                 done.append(future.result())
                 if bar is not None:
@@ -457,6 +458,24 @@ def map_jobs(worker, items: list, jobs: int = 1, threads: int = 1, bar=None) -> 
         except Exception:  # one run failed (its error is reported): nothing behind it is trained for nothing
             stop_workers(pool)
             raise
+
+
+def start_workers(pool, worker, items: list) -> list:
+    """Every item submitted to the pool, which starts its workers. A worker spends its first second or more
+    importing torch, and until worker_setup it would take Ctrl-C (SIGINT, which a terminal sends to every process
+    of the command) as a KeyboardInterrupt and print its traceback. So SIGINT is blocked while they start: they
+    inherit the block, and worker_setup drops what came meanwhile. Here a Ctrl-C in that time is deferred, and
+    stops the experiment (KeyboardInterrupt) once they have started."""
+    multiprocessing.resource_tracker.ensure_running()  # starting it unblocks SIGINT when done: started before the block
+    with signals_deferred() as stop:
+        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            futures = [pool.submit(run_job, worker, item) for item in items]
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
+    if stop:
+        raise KeyboardInterrupt
+    return futures
 
 
 def stop_workers(pool) -> None:
@@ -475,7 +494,8 @@ def worker_setup(threads: int, parent: int) -> None:
     """In each --jobs worker: its torch threads; Ctrl-C left to the main process, which cancels the queue and
     sends the workers SIGTERM; SIGTERM ends a worker at once, except inside a training step (train.py's loop
     defers it), which finishes and saves its checkpoint first (run_job then ends the worker)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C that came while it started (start_workers) is dropped
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGTERM, lambda *_: os._exit(130))
     torch.set_num_threads(threads)
     threading.Thread(target=stop_when_orphaned, args=(parent, threading.main_thread().ident), daemon=True).start()

@@ -46,19 +46,27 @@ def runs(tmp_path_factory):
         (root / name / file).write_bytes(content)
     ckpt = torch.load(os.path.join(run, "checkpoint.pt"), weights_only=False)
     nan = {**ckpt, "model": {k: v.clone() for k, v in ckpt["model"].items()}}
-    for weights in nan["model"].values():
-        weights.fill_(float("nan"))
+    for tensor in nan["model"].values():
+        tensor.fill_(float("nan"))
     for name, content in {"ckpt-tensor": torch.zeros(3), "ckpt-nan": nan,
                           "ckpt-no-model": {k: v for k, v in ckpt.items() if k != "model"},
                           "ckpt-no-optimizer": {k: v for k, v in ckpt.items() if k != "optimizer"}}.items():
         shutil.copytree(run, root / name)
         torch.save(content, root / name / "checkpoint.pt")
     config = json.loads((root / "run" / "config.json").read_text())
-    for name, edit in {"config-bogus-encoding": {"encoding": "bogus"}, "config-steps-ten": {"steps": "ten"},
-                       "config-vocab-string": {"vocab_size": "18"}, "config-cuda": {"device": "cuda"},
-                       "config-train-len": {"train_len": [20, 10]}}.items():  # config.json edited by hand
+    edits = {"config-bogus-encoding": {"encoding": "bogus"}, "config-steps-ten": {"steps": "ten"},
+             "config-vocab-string": {"vocab_size": "18"}, "config-cuda": {"device": "cuda"},
+             "config-train-len": {"train_len": [20, 10]}, "config-dim": {"dim": 64},
+             "config-len-text": {"train_len": "ab"}, "config-options-list": {"task_options": [1]},
+             "config-threads-text": {"threads": "x"}, "config-init-number": {"init": 5},
+             "config-save-every-0": {"save_every": 0, "steps": 30}, "config-lr-negative": {"lr": -1.0, "steps": 30},
+             "config-eval-samples": {"eval_samples": -4}}
+    for name, edit in edits.items():  # config.json edited by hand
         shutil.copytree(run, root / name)
         (root / name / "config.json").write_text(json.dumps({**config, **edit}))
+    shutil.copytree(run, root / "log-folder")  # a log that cannot be read as a file
+    os.remove(root / "log-folder" / "log.jsonl")
+    os.makedirs(root / "log-folder" / "log.jsonl")
     os.makedirs(root / "llm-run" / "model")  # what train.py --llm leaves: config.json, log.jsonl, model/
     (root / "llm-run" / "config.json").write_text(json.dumps({"llm": "smollm2", "method": "ryarn"}))
     return root
@@ -72,7 +80,11 @@ cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="the case is a machi
 CASES = [
     # --force replaces a run only once the new one has passed every check
     ("train", ["--out", "{runs}/run", "--force", "--init", "{tmp}/missing"], "not a run directory"),
-    ("train", ["--out", "{runs}/run", "--force", "--init", "{runs}/run", "--dim", "16"], "do not fit"),
+    # weights of another shape (#53 item 27: torch's own first line said only "Error(s) in loading state_dict")
+    ("train", ["--out", "{runs}/run", "--force", "--init", "{runs}/run", *TINY, "--dim", "16"],
+     "in the weights, (17, 16) in the model); it was trained with --dim 32, this run has --dim 16"),
+    ("train", ["--out", "{runs}/run", "--force", "--init", "{runs}/run", *TINY, "--layers", "2"],
+     "it was trained with --layers 1, this run has --layers 2"),
     ("train", ["--out", "{runs}/run", "--force", "--init", "{runs}/ckpt-tensor"], "not a lengen checkpoint"),
     ("train", ["--out", "{runs}/run", "--force", "--lr", "nan"], "finite"),
     # numbers that are not numbers
@@ -174,7 +186,21 @@ CASES = [
     ("train", ["--resume", "--out", "{runs}/config-steps-ten"], 'steps is "ten", not an integer'),
     ("train", ["--resume", "--out", "{runs}/config-vocab-string"], 'vocab_size is "18", not an integer'),
     ("train", ["--resume", "--out", "{runs}/config-train-len"], "train_len is [20, 10]"),
+    ("train", ["--resume", "--out", "{runs}/config-dim"],
+     "checkpoint.pt does not fit its config.json (tok.weight is (17, 32) in the weights, (17, 64) in the model)"),
     pytest.param("train", ["--resume", "--out", "{runs}/config-cuda"], "no such device", marks=cuda),
+    # more of the same (#53 item 23): each was a traceback
+    ("eval", ["{runs}/config-steps-ten", "--lengths", "16"], 'steps is "ten", not an integer'),
+    ("eval", ["{runs}/config-len-text"], 'train_len is "ab", not [LOW, HIGH]'),
+    ("eval", ["{runs}/config-options-list", "--lengths", "16"], "task_options is [1], not an object"),
+    ("train", ["--resume", "--out", "{runs}/config-options-list"], "task_options is [1], not an object"),
+    ("train", ["--resume", "--out", "{runs}/config-threads-text"], 'threads is "x", not an integer'),
+    ("train", ["--resume", "--out", "{runs}/config-init-number"], "init is 5, not a run's folder"),
+    ("train", ["--resume", "--out", "{runs}/config-save-every-0"], "config.json: --save-every must be >= 1"),
+    ("train", ["--resume", "--out", "{runs}/config-lr-negative"], "config.json: --lr must be > 0"),
+    ("train", ["--resume", "--out", "{runs}/config-eval-samples"], "config.json: --eval-samples must be >= 0"),
+    ("train", ["--resume", "--out", "{runs}/log-folder"], "log.jsonl: Is a directory"),
+    ("train", ["--lr", "1e308"], "--lr 1e+308 is beyond float32's range"),  # torch's overflow at the first step
     # ranges the position samplers cannot draw from, and spans xPos cannot represent, before --force replaces
     ("train", ["--out", "{runs}/run", "--force", "--encoding", "t5", "--positions", "randomized",
                "--max-position", "100000000000000000000"], "above 2^53"),
@@ -218,6 +244,16 @@ def test_llm_that_cannot_be_loaded_is_one_line_at_once(tmp_path, script, spec, m
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert message in result.stderr
     assert set(os.listdir(tmp_path)) <= {"hf-home"}  # no run folder
+
+
+def test_a_run_started_from_another_resumes_once_that_one_is_gone(tmp_path):
+    """Bug caught (#53 item 23): --resume loaded the --init run's weights again (then replaced them by the
+    checkpoint's), so a run whose --init source had since been deleted could not be resumed."""
+    source, run = str(tmp_path / "source"), str(tmp_path / "run")
+    assert main("train", [*TINY, "--steps", "3", "--out", source]) == 0
+    assert main("train", [*TINY, "--steps", "3", "--init", source, "--out", run]) == 0
+    shutil.rmtree(source)
+    assert main("train", ["--resume", "--out", run]) == 0
 
 
 def test_output_closed_early_is_one_line(runs):
@@ -279,10 +315,12 @@ def uninterrupted(tmp_path_factory):
     return run
 
 
+# Only the first is in the fast suite: resuming from step 0 is the same restore, and SIGTERM stops a run as Ctrl-C
+# does (test_cli.test_interrupted_run_resumes_to_the_same_numbers; SIGTERM's 130: test_two_trainings_into_one_folder).
 @pytest.mark.parametrize("sig, save_every, kill_at", [
-    (signal.SIGKILL, 50, 70),     # past the checkpoint at step 50: steps 60 and 70 are logged, not saved
-    (signal.SIGKILL, 1000, 10),   # before the first periodic checkpoint: the run resumes from step 0
-    (signal.SIGTERM, 50, 70)], ids=["SIGKILL", "SIGKILL-early", "SIGTERM"])
+    pytest.param(signal.SIGKILL, 50, 70, id="SIGKILL"),  # past the checkpoint at step 50: 60 and 70 logged, not saved
+    pytest.param(signal.SIGKILL, 1000, 10, id="SIGKILL-early", marks=pytest.mark.slow),  # resumes from step 0
+    pytest.param(signal.SIGTERM, 50, 70, id="SIGTERM", marks=pytest.mark.slow)])
 def test_killed_run_resumes_to_the_same_weights_and_log(uninterrupted, tmp_path, sig, save_every, kill_at):
     run = str(tmp_path / "run")
     proc = start(*KILLED, "--save-every", str(save_every), "--out", run)
@@ -470,6 +508,7 @@ def test_a_model_trained_from_its_recorded_command_is_reused_by_the_experiment(t
     assert os.stat(os.path.join(out, "checkpoint.pt")).st_mtime_ns == stamp  # reused, not trained again
 
 
+@pytest.mark.slow  # the fast suite stops a --jobs pool by Ctrl-C: test_nothing_lost.test_ctrl_c_while_the_workers_start
 def test_sigterm_stops_an_experiment_with_jobs_promptly_and_keeps_finished_runs(tmp_path):
     """Bug caught (#24 item 5): SIGTERM to `eval.py --experiment NAME --jobs 2` trained every queued model
     before it stopped, then discarded them. Now the queue is cancelled, the workers stop within a step, and

@@ -111,7 +111,8 @@ def test_a_results_file_cut_short_is_said_to_be_cut_short(tmp_path, monkeypatch,
     assert "not readable JSON, or cut short" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["config.json", "checkpoint.pt", "log.jsonl"])
+@pytest.mark.parametrize("name", [pytest.param("config.json", marks=pytest.mark.slow), "checkpoint.pt",
+                                  pytest.param("log.jsonl", marks=pytest.mark.slow)])  # one check for every run file
 def test_eval_never_writes_over_a_runs_own_files(tmp_path, name):
     """Bug caught (item 6): eval.py RUN --json RUN/config.json overwrote the run's config: exit 0, run lost."""
     run = str(tmp_path / "run")
@@ -321,6 +322,44 @@ def test_workers_of_an_experiment_killed_outright_stop(tmp_path):
     assert not left
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the workers through Linux's /proc")
+def test_ctrl_c_while_the_workers_start_is_one_line(tmp_path):
+    """Bug caught (#53 item 21): Ctrl-C in the first seconds of --jobs 2 printed a worker's traceback: a worker
+    still importing torch took SIGINT as a KeyboardInterrupt. The workers get it first here, while they import
+    (a terminal sends it to the parent as well, which raced to stop them before they printed), then the group."""
+    experiment = subprocess.Popen([sys.executable, os.path.join(ROOT, "eval.py"), "--experiment", "retrieval",
+                                   "--quick", "--jobs", "2", "--threads", "1", "--out-dir", "out"], cwd=tmp_path,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while len(workers_in(tmp_path, experiment.pid)) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # past the interpreter's first steps, into the imports (torch's take a second or more)
+        for pid in workers_in(tmp_path, experiment.pid):
+            os.kill(pid, signal.SIGINT)
+        time.sleep(1)
+        os.killpg(experiment.pid, signal.SIGINT)
+        err = experiment.communicate(timeout=60)[1]
+    finally:
+        if experiment.poll() is None:  # the experiment and its workers, should the test fail
+            os.killpg(experiment.pid, signal.SIGKILL)
+    assert experiment.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith("eval.py: interrupted"), err
+
+
+@pytest.mark.parametrize("script", ["train.py", "eval.py"])
+def test_ctrl_c_while_the_command_loads_is_one_line(tmp_path, script):
+    """Bug caught (#53 item 21): Ctrl-C in a command's first second, while it imported torch, printed the import's
+    traceback (and the status of a death by SIGINT, not 130)."""
+    command = subprocess.Popen([sys.executable, os.path.join(ROOT, script), "--help"], cwd=tmp_path,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    command.send_signal(signal.SIGINT)
+    err = command.communicate(timeout=60)[1]
+    assert command.returncode == 130 and err == f"{script}: interrupted\n", err
+
+
 def test_memory_is_the_containers_and_an_allocation_that_fails_is_one_line(tmp_path, monkeypatch, capsys):
     """Bug caught (item 13): the size checks read the machine's memory, not a container's cgroup limit, and a
     size between their lower bound and what a forward really takes ended in a 34-52-line allocation traceback."""
@@ -526,6 +565,35 @@ def test_a_swap_whose_rename_fails_part_way_puts_the_old_run_back_whole(two_runs
         assert run_files(run) == old and run_files(os.path.join(run, ".lengen.new")) == new, call
         assert sorted(f for f in os.listdir(run) if f.startswith(".")) == [".lengen.new"], call
     assert call > 5 and run_files(run) == new
+
+
+def test_a_whole_new_run_killed_before_its_swap_began_goes_in(two_runs, tmp_path, capsys):
+    """Bug caught (#53, round four's follow-up): a train.py --force killed after its new run's first checkpoint
+    but before swap_in began left the whole new run in out/.lengen.new, and the next command on the folder deleted
+    it. Now it is put in place, as the command asked and as a swap cut short one rename later is, and said to be;
+    a build that never became whole (no checkpoint) is still cleared."""
+    import eval as lengen_eval
+    template, old, new = two_runs
+    for command in ("train", "eval"):
+        run = str(tmp_path / command)
+        shutil.copytree(template, run)
+        capsys.readouterr()
+        if command == "train":  # a plain train.py, refused: the folder holds a run
+            assert train.main([*RUN, "--out", run]) == 2
+        else:
+            assert lengen_eval.main([run, "--lengths", "16", "--samples", "4", "--threads", "1"]) == 0
+        err = capsys.readouterr().err
+        assert run_files(run) == new and not [f for f in os.listdir(run) if f.startswith(".")], command
+        assert f"continue it with python train.py --resume --out {run}" in err, err
+    beside = tmp_path / ".fresh.new"  # built beside --out, which did not exist yet
+    shutil.copytree(os.path.join(template, ".lengen.new"), beside)
+    assert train.main([*RUN, "--out", str(tmp_path / "fresh")]) == 2
+    assert run_files(tmp_path / "fresh") == new and not beside.exists()
+    half = str(tmp_path / "half")  # killed before its first checkpoint: nothing whole to keep
+    shutil.copytree(template, half)
+    os.remove(os.path.join(half, ".lengen.new", "checkpoint.pt"))
+    assert train.main([*RUN, "--out", half]) == 2
+    assert run_files(half) == old and not [f for f in os.listdir(half) if f.startswith(".")]
 
 
 def test_a_forced_run_that_diverges_in_its_first_step_leaves_the_old_run(tmp_path, monkeypatch, capsys):
