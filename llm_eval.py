@@ -109,15 +109,15 @@ def evaluate_llm_grid(model, tokenizer, task: str, lengths: list[int], depths: l
     cells = []
     for n in lengths:
         here = {d: (first_cell + len(cells) + j) * CELL_SEEDS + GRID_SEED for j, d in enumerate(depths)}
+        at = {d: {**(options or {}), "depth": d} for d in depths}  # each cell's task options
         if settle is None:
-            cells += [{"depth": d, **evaluate_llm(model, tokenizer, task, n, samples, {**(options or {}), "depth": d},
-                                                  device, seed, bar, bf16, cache)} for d, seed in here.items()]
+            cells += [{"depth": d, **evaluate_llm(model, tokenizer, task, n, samples, at[d], device, seed, bar, bf16,
+                                                  cache)} for d, seed in here.items()]
             continue
         scores = {d: [] for d in depths}
         for i in range(samples):
             for d, seed in here.items():
-                scores[d] += score_prompts(model, tokenizer, task, n, [seed + i], {**(options or {}), "depth": d},
-                                           device, bf16, cache)
+                scores[d] += score_prompts(model, tokenizer, task, n, [seed + i], at[d], device, bf16, cache)
             if bar is not None:
                 bar.update(len(depths))
             if settled(sum(s["right"] for d in depths for s in scores[d]), (i + 1) * len(depths),
@@ -125,8 +125,7 @@ def evaluate_llm_grid(model, tokenizer, task: str, lengths: list[int], depths: l
                 if bar is not None:
                     bar.update((samples - i - 1) * len(depths))  # the prompts it did not need
                 break
-        cells += [{"depth": d, **llm_row(task, n, scores[d], {**(options or {}), "depth": d}), "planned": samples}
-                  for d in depths]
+        cells += [{"depth": d, **llm_row(task, n, scores[d], at[d]), "planned": samples} for d in depths]
     return cells
 
 

@@ -350,7 +350,7 @@ def fit_worker(job: dict) -> dict:
     """Train one model (runs/retrieval/PRESET/NAME) and run the analyses job["analyses"] on it, in that order;
     returns {analysis: result}. Module-level, so that a --jobs worker process can run it: every model is
     seeded by its own command line, so where it runs changes nothing."""
-    out = os.path.join("runs", "retrieval", job["preset"], job["name"])
+    out = run_dir(job["preset"], job["name"])
     print(f"[{time.time() - job['start']:5.0f} s] training {out}", file=sys.stderr, flush=True)
     train_once(model_argv(job["preset"], job["name"], job["argv"]) + ["--force", "--quiet", "--threads",
                                                                       str(job["threads"]), "--device", job["device"]])
@@ -358,10 +358,14 @@ def fit_worker(job: dict) -> dict:
     return {name: ANALYSES[name](model, cfg, job) for name in job["analyses"]}
 
 
+def run_dir(preset: str, name: str) -> str:
+    return os.path.join("runs", "retrieval", preset, name)
+
+
 def model_argv(preset: str, name: str, argv: list[str]) -> list[str]:
     """train.py's argv for one model, with its folder: what results/retrieval.json records as its command (the
     run adds only --force, --quiet, --threads and --device, which change no number)."""
-    return argv + ["--out", os.path.join("runs", "retrieval", preset, name), "--eval-samples", "64"]
+    return argv + ["--out", run_dir(preset, name), "--eval-samples", "64"]
 
 
 def head_argv(encoding: str, k: int, seed: int, steps: int, *extra: str) -> list[str]:
