@@ -172,7 +172,8 @@ def plan(probe: dict, setup: dict) -> str:
         f"Every model trains to the same cap, {cap} steps, and stops as soon as it fits" if "budget" not in setup
         else f"Every model of a task trains the same budget, {budget_text(setup)}, whatever its encoding, and is "
              "judged at its last step") + (": (A) and the size sweep train every encoding, including the cells "
-                                          "that did not fit in the probe (the size question is about exactly that).")
+                                          "that did not fit in the probe (the size question is about exactly that)."
+                                          if len(setup["sizes"]) > 1 else ": (A) trains every encoding.")
 
     def first(c):  # the first step at the bar of a model that fitted (a probe of the budget: at its end)
         return c.get("first_fit", c["steps_to_fit"]) if c["steps_to_fit"] is not None else None
@@ -192,9 +193,15 @@ def plan(probe: dict, setup: dict) -> str:
             (NOPE_MIXED_UNFIT if e == "nope" else "(C)'s mixed model learns it beside delay copy (cut for time)")
 
     left_out = [size_name(s) for s in probe["settings"]["sizes"] if tuple(s) not in map(tuple, setup["sizes"])]
-    if left_out:
+    if left_out and len(setup["sizes"]) == 1:
+        text += (f" There is no size sweep: {', '.join(left_out)} are cut for time, after the early-stopping "
+                 "design's results had been seen, and the probe's fits at every size are all this run says of size.")
+    elif left_out:
         text += (f" The size sweep leaves out {', '.join(left_out)} of the probe's sizes (cut for time; the width "
                  "ladder stays, as in `--full`).")
+    if len(setup["diversity"]) == 2:
+        text += (f" (B) trains d_max {setup['diversity'][0]} and {setup['diversity'][1]} only, the two its "
+                 "comparisons read (the values between them cut for time).")
     for part, key, reason in (("(B)", "diversity_encodings", slower), ("(C)", "transfer_encodings", unfit_s)):
         kept = setup[key]
         left = [e for e in DISTANCE_ENCODINGS if e not in kept]
@@ -209,7 +216,8 @@ def verdicts_section(data: dict) -> list[str]:
     md.append(f"\nEach question is made of comparisons below, each a gain in accuracy measured per seed, seed s of "
               "one model against seed s of the other, on the seeds where both fitted their training band (train.py's "
               f"fit check, accuracy >= {FIT_BAR}); *{UNFIT}* when one fitted on fewer than two thirds of its seeds. "
-              "The size comparisons measure fitting itself, so they count every seed. "
+              + ("The size comparisons measure fitting itself, so they count every seed. " if "size" in data["verdicts"]
+                 else "")
               + rule_text(THRESHOLD, "this project's +0.05: Paper D reports curves, not a gap in these units",
                           "each seed (seed s against seed s)") + " " + data["caption"] + " A question is "
               "reproduced when each of its comparisons is, fails (partly) when one fails, and is undecided "
@@ -234,6 +242,10 @@ def fitted_header(setup: dict) -> str:
 
 def size_section(data: dict) -> list[str]:
     setup = data["settings"]
+    if "size" not in data["verdicts"]:  # a sweep of one size: the probe measured the sizes
+        return ["## Size\n", wrapped(f"Paper D: {PAPER_D_FINDINGS['size']}. Not asked here: this run trains one "
+                                      f"size, {size_name(setup['sizes'][0])}; the probe (above) measures fitting at "
+                                      "every size of its sweep, one seed each, which decides nothing.") + "\n"]
     fitted = ("at the end: each seed's fit check after its budget, marked (unfit) below the bar" if "budget" in setup
               else f"fitted: the seeds whose model reached the bar, and at which step (— not within the cap of "
                    f"{setup['steps']})")
@@ -279,12 +291,20 @@ def first_at_bar(curve: dict) -> int | None:
 
 def rankings(runs: dict) -> str:
     """The order of the encodings by mean out-of-range accuracy over training, each order with the step from
-    which it held: 'from step 100 alibi > nope > rope; from 1500 nope > alibi > rope'."""
+    which it held: 'from step 100 alibi > nope ≈ rope; from step 1500 nope > alibi > rope'. Two encodings are
+    ordered only when their means differ by more than TRANSFER_MARGIN (a seed's accuracy at one delay has a
+    standard error of a few points), so noise at chance level does not read as a ranking that flips."""
     steps = mean_curve(next(iter(runs.values())), "out_of_range")[0]
     far = {e: mean_curve(r, "out_of_range")[1] for e, r in runs.items()}
     out, last = [], None
     for i, step in enumerate(steps):
-        order = " > ".join(sorted(far, key=lambda e: -far[e][i]))
+        ranked, groups = sorted(far, key=lambda e: -far[e][i]), []
+        for a, b in zip([None] + ranked, ranked):  # a new group where the gap is past the margin
+            if a is None or far[a][i] - far[b][i] > TRANSFER_MARGIN:
+                groups.append([])
+            groups[-1].append(b)
+        order = " > ".join(" ≈ ".join(sorted(g, key=list(far).index)) for g in groups)
+        order = order if len(groups) > 1 else f"all within {TRANSFER_MARGIN}"
         if order != last:
             out.append(f"from step {step} {order}")
             last = order
@@ -427,6 +447,11 @@ def encoding_lines(ax, series: dict[str, tuple[list, list]], ms: float = 6) -> N
 
 def size_panel(ax, setup: dict, size: dict) -> None:
     names = list(size)  # in the order the sweep lists them
+    if len(names) == 1:  # no sweep: nothing to draw
+        ax.axis("off")
+        ax.text(0.5, 0.5, f"size: not asked here\n(one size, {names[0]};\nthe probe fits every size)",
+                ha="center", va="center", transform=ax.transAxes)
+        return
     encoding_lines(ax, {e: (list(range(len(names))), [spread(size[n][e]["in_mean"])["mean"] for n in names])
                         for e in DISTANCE_ENCODINGS})
     ax.set(xticks=range(len(names)), xticklabels=names, ylim=(-0.02, 1.02), xlabel="size (layers x width)",
