@@ -204,7 +204,26 @@ def markdown(data: dict) -> str:
            "verdict |", "|---|---|---|---|"]
     for claim, result in data["claims"].items():
         out.append(f"| {claim} | {PAPER[claim]} | {result['measured']} | **{result['verdict']}** |")
-    return "\n".join(out + tables(data)) + "\n"
+    return "\n".join(out + tasks_note(data) + tables(data)) + "\n"
+
+
+def tasks_note(data: dict) -> list[str]:
+    """Under the claims, from issue 51 on: which claims rest on one task only. Issue 32 asked every "X is best"
+    claim to be compared on two or more tasks where all its cells fit; since issue 51 a claim is decided on
+    every task where its cells fit at the equal budget, and this says where that is one."""
+    if "budget" not in data["settings"]:
+        return []
+    one = [claim for claim, r in data["claims"].items() if len(set(r["tasks"])) == 1]
+    if not one:
+        return []
+    setup = data["settings"]
+    trained = len(setup["tasks"])
+    return ["", wrapped(f"**On one task only**: {', '.join(one)}. " + (
+        f"This run trains {trained} task{'s' if trained > 1 else ''} ({', '.join(setup['tasks'])}), so no claim can "
+        "rest on more; " if trained == 1 else "Their other tasks lack a fitted cell at this budget; ")
+        + "a claim here says how the encodings compare on that task, not across tasks. A second task costs "
+        "another run of this size at the same budget and seeds (`--full` trains all seven); docs/every-encoding.md "
+        "says which comparisons the next task could hold.")]
 
 
 def tables(data: dict) -> list[str]:
@@ -345,7 +364,8 @@ def probe_markdown(data: dict) -> str:
                f"{setup['every']} steps) or {setup['cap']} steps. ")
            + "Nothing beyond L is measured: the probe plans which cells the grid can afford, not by how they "
            "extrapolate. Task settings: " + ("; ".join(f"{t} " + ", ".join(f"{k}={v}" for k, v in o.items())
-                                                          for t, o in data["task_options"].items()) or "defaults")
+                                                          for t, o in data["task_options"].items() if t in data["fits"])
+                                              or "defaults")
            + f"; ALiBi with the {ALIBI_SLOPE_HEADS}-head slopes. " + (
                f"The last check's accuracy, and the first step at the bar ({FIT_BAR}):" if budgeted else
                "Steps to fit, or the last check's accuracy:"), ""]
