@@ -208,3 +208,25 @@ def test_every_encoding_of_a_task_trains_the_same_budget(preset):
         encodings.setdefault(flags.task, set()).add(flags.encoding)
     assert steps == {task: {setup["budget"][task]} for task in steps}
     assert encodings["delay_copy"] == set(exp.DISTANCE_ENCODINGS)
+
+
+def budget_trained(data: dict) -> list[tuple[str, int, int]]:
+    """(which result, steps a seed trained, its task's budget) of every counted model in a distance results
+    json of the equal-budget design: (A) by task, (B) by encoding and d_max, (C) alone and mixed."""
+    budget = data["settings"]["budget"]
+    results = [(f"A {t} {e}", t, r) for t, by in data["A"].items() for e, r in by.items()]
+    results += [(f"B {e} {m}", "delay_copy", r) for e, by in data["B"].items() for m, r in by.items()]
+    results += [(f"C {s} {e} {k}", "delay_copy" if k == "alone" else "mixed_copy", r[k])
+                for s, by in data["C"].items() for e, r in by.items() for k in ("alone", "mixed")]
+    return [(name, steps, budget[task]) for name, task, r in results for steps in r["steps_trained"]]
+
+
+def test_committed_results_trained_every_model_its_tasks_budget():
+    """Issue 51, as results/distance.json records it: every model the committed default counted trained its
+    task's whole budget, whatever its encoding (no model stopped at the bar). Watched failing with one RoPE
+    seed's steps_trained set to 1600 in a copy of the json."""
+    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "results", "distance.json")) as f:
+        data = json.load(f)
+    trained = budget_trained(data)
+    assert len(trained) >= 3 * 3 * 2  # (A) alone: 3 encodings, 2 tasks, 3 seeds
+    assert [t for t in trained if t[1] != t[2]] == []
