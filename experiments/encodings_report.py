@@ -219,8 +219,7 @@ def tasks_note(data: dict) -> list[str]:
     setup = data["settings"]
     trained = len(setup["tasks"])
     return ["", wrapped(f"**On one task only**: {', '.join(one)}. " + (
-        f"This run trains {trained} task{'s' if trained > 1 else ''} ({', '.join(setup['tasks'])}), so no claim can "
-        "rest on more; " if trained == 1 else "Their other tasks lack a fitted cell at this budget; ")
+        f"This run trains one task ({setup['tasks'][0]}), so no claim can rest on more; " if trained == 1 else "Their other tasks lack a fitted cell at this budget; ")
         + "a claim here says how the encodings compare on that task, not across tasks. A second task costs "
         "another run of this size at the same budget and seeds (`--full` trains all seven); docs/every-encoding.md "
         "says which comparisons the next task could hold.")]
