@@ -15,8 +15,8 @@ from eval import plot_curves
 from experiments.common import (ALIBI_SLOPE_HEADS, cpu_per_step, fmt, line_styles, probe_cell, probe_cost, probe_stretch_table,
                                 probe_table,
                                 seed_curve, spread, wrapped)
-from experiments.distance import (DISTANCE_ENCODINGS, PAPER_D_FINDINGS, PRESETS, TRANSFER_MARGIN, claims, model_argv,
-                                  planned_models, probe_row, size_name)
+from experiments.distance import (DISTANCE_ENCODINGS, PAPER_D_FINDINGS, PRESETS, TRANSFER_MARGIN, claims, far_delay,
+                                  model_argv, planned_models, probe_row, size_name)
 from experiments.stats import FIT_BAR, THRESHOLD, UNFIT, rule_text, short
 
 STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every panel
@@ -318,11 +318,12 @@ def curves_section(data: dict) -> list[str]:
     setup = data["settings"]
     if "budget" not in setup:
         return []
+    far = far_delay(setup, setup["band"])
     md = ["## (A) over training\n", f"Every model trained {budget_text(setup)}; at every check (each "
           f"{setup['every']} steps) its in-range accuracy (the fit check: held-out windows at its training delays) "
-          f"and its accuracy at delay {setup['top']}, out of range (64 windows, on C alone): the figure's last row. "
+          f"and its accuracy at delay {far}, out of range (64 windows, on C alone): the figure's last row. "
           "Means over seeds; 'first at the bar': each seed's first check at the bar (— none).\n",
-          f"| task | encoding | in range at the end | first at the bar | at delay {setup['top']}: then | "
+          f"| task | encoding | in range at the end | first at the bar | at delay {far}: then | "
           "at the end |", "|---|---|---:|---:|---:|---:|"]
     for task, runs in data["A"].items():
         for e, r in runs.items():
@@ -490,7 +491,7 @@ def over_training_panels(axes, setup: dict, part_a: dict) -> None:
         plot_curves(ax, curves, "step", log_x=False, styles=STYLES)
         if key == "in_range":
             ax.axhline(FIT_BAR, color="black", lw=0.8, ls=":")
-        where = f"in range {span(setup['band'])}" if key == "in_range" else f"delay {setup['top']}"
+        where = f"in range {span(setup['band'])}" if key == "in_range" else f"delay {far_delay(setup, setup['band'])}"
         ax.set_title(f"(A) {task.replace('_', ' ')} over training: {where}")
 
 
