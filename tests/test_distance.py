@@ -177,6 +177,15 @@ def test_the_default_shows_the_probe_that_planned_it(tmp_path, monkeypatch):
     assert "## How this design was chosen" not in (tmp_path / "other" / "distance.md").read_text()
 
 
+def test_the_committed_probe_still_plans_the_default():
+    """The default reads results/distance-probe.json as how it was planned, and refuses it when --probe's preset
+    has changed since. Bug caught: a setting added to the default (far) and so, by inheritance, to the probe,
+    which made the committed command refuse to run."""
+    root = os.path.join(os.path.dirname(__file__), os.pardir, "results")
+    record = common.probe_on_record("distance", root, exp.PRESETS["probe"])
+    assert record is not None and record["settings"]["budget"] == exp.PRESETS["probe"]["budget"]
+
+
 def test_full_cost_scales_the_probes_measured_step_by_flops():
     """The results say what --full would cost here: its models, and the probe's measured CPU time per step times
     the FLOP ratio of a step at --full's sizes to one at the default's (8 x 512, window 256, batch 64 against

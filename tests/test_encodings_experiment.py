@@ -385,3 +385,11 @@ def test_committed_results_trained_every_model_its_tasks_budget():
         data = json.load(f)
     assert sum(len(per_seed) for by_row in data["steps"].values() for per_seed in by_row.values()) == data["models"]
     assert off_budget(data) == []
+
+
+def test_the_committed_probe_still_plans_the_default():
+    """The default reads results/encodings-probe.json as how it was planned, and refuses it when --probe's preset
+    or the task options have changed since (the committed command would then stop with exit 2)."""
+    root = os.path.join(os.path.dirname(__file__), os.pardir, "results")
+    record = common.probe_on_record("encodings", root, exp.PRESETS["probe"], task_options=exp.TASK_OPTIONS)
+    assert record is not None and record["settings"]["budget"] == exp.PRESETS["probe"]["budget"]
