@@ -70,15 +70,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     llm.add_argument("--facts", type=int, default=None, help="babilong: bAbI task qa1 to qa5 (1-3: supporting facts)")
     llm.add_argument("--grad-accum", type=int, default=1, metavar="K",
                      help="backwards per optimizer step: the global batch is batch x K x processes")
+    llm.add_argument("--fit-prompts", type=int, default=None, metavar="N",
+                     help=f"with --fit-bar: held-out prompts the fit check answers (default {FIT_PROMPTS}); more "
+                          "make a bar that one prompt cannot tip")
     llm.add_argument("--fsdp", action="store_true",
                      help="under torchrun: shard parameters, gradients and optimizer state (FSDP2) instead of DDP")
 
 
 # The options only an LLM run reads; and those both kinds read. --llm refuses every other one rather than
 # ignore it, and a small-GPT run refuses these.
-LLM_ONLY = {"method", "no_curriculum", "range", "range_shape", "lora", "facts", "bf16", "grad_accum", "fsdp"}
+LLM_ONLY = {"method", "no_curriculum", "range", "range_shape", "lora", "facts", "bf16", "grad_accum", "fsdp",
+            "fit_prompts"}
 LLM_FLAGS = LLM_ONLY | {"llm", "task", "train_len", "steps", "batch", "lr", "wd", "warmup", "seed", "factor", "out",
-                        "force", "resume", "device", "threads", "quiet", "fit_bar", "fit_every"}
+                        "force", "resume", "device", "threads", "quiet", "fit_bar", "fit_every", "fit_stop"}
 
 
 @dataclasses.dataclass
@@ -116,6 +120,8 @@ class LLMConfig:
     threads: int | None                 # torch CPU threads
     fit_bar: float | None               # stop once held-out exact match at n reaches it (fit.json)
     fit_every: int                      # steps between fit checks
+    fit_stop: bool                      # False (--no-fit-stop): train every step, the fit judged at the last
+    fit_prompts: int                    # the held-out prompts each fit check answers
     # train.py's whole command line as parsed, the small-GPT flags at their defaults (--llm refuses them):
     # config.json holds every flag, in the command line's order, as it always has (saved)
     command: dict = dataclasses.field(repr=False)
@@ -159,7 +165,8 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LLMCon
         train_len=args.train_len, steps=args.steps, batch=args.batch, grad_accum=args.grad_accum, lr=args.lr,
         wd=args.wd, warmup=args.warmup, seed=args.seed, lora=args.lora, bf16=args.bf16, fsdp=args.fsdp,
         out=args.out or os.path.join("runs", f"llm-{method}-s{args.seed}"), device=args.device,
-        threads=args.threads, fit_bar=args.fit_bar, fit_every=args.fit_every, command=dict(vars(args)),
+        threads=args.threads, fit_bar=args.fit_bar, fit_every=args.fit_every, fit_stop=args.fit_stop,
+        fit_prompts=args.fit_prompts or FIT_PROMPTS, command=dict(vars(args)),
         quiet=args.quiet, force=args.force)
     if not cfg.range >= 1:
         raise UsageError(f"--range {cfg.range:g}: the range must hold the sample (>= 1 x its length)")
@@ -175,6 +182,9 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LLMCon
         raise UsageError("--llm takes one --train-len N (tokens per training sample)")
     check_step_size(args)
     check_fit_flags(args, parser)
+    if args.fit_prompts is not None and (args.fit_bar is None or args.fit_prompts < 1):
+        raise UsageError(f"--fit-prompts {args.fit_prompts}: how many prompts the fit check answers, >= 1, "
+                         "with --fit-bar")
     return cfg
 
 
@@ -267,25 +277,25 @@ def step_batch(tokenizer, cfg: LLMConfig, step: int, range_end: int, position_rn
 
 
 # Has the model learned the task? With --fit-bar, every --fit-every steps and at the last: greedy exact match on
-# FIT_PROMPTS held-out prompts at the training length, from seeds of their own (training samples come from
-# seed * 1,000,003 + i, eval.py's prompts from 10^9 + i). Training stops once the bar is reached; fit.json says
-# when (runs.read_fit reads it).
+# --fit-prompts (FIT_PROMPTS) held-out prompts at the training length, from seeds of their own (training samples
+# come from seed * 1,000,003 + i, eval.py's prompts from 10^9 + i). Training stops once the bar is reached
+# (--no-fit-stop: it trains every step, judged at the last); fit.json says when (runs.read_fit reads it).
 FIT_SEED, FIT_PROMPTS = 2 * 10 ** 9, 32
 
 
 def fit_accuracy(model, tokenizer, cfg: LLMConfig, device) -> float:
-    """Exact match on the FIT_PROMPTS prompts, contiguous positions, the model in eval mode for the while, with
+    """Exact match on the fit check's prompts (--fit-prompts), contiguous positions, the model in eval mode for the while, with
     the numerics it trains with (bfloat16 autocast on CUDA and with --bf16). Every process scores every prompt
     (under FSDP2 their forwards gather the shards together)."""
     model.eval()
     right = 0
     with torch.no_grad():
-        for i in range(FIT_PROMPTS):
+        for i in range(cfg.fit_prompts):
             prompt, answer = hf.text_sample(tokenizer, cfg.task, cfg.train_len[1], FIT_SEED + i, cfg.task_options)
             right += hf.score_prompt(model, tokenizer, prompt, answer, (), device,
                                      bf16=cfg.bf16 or torch.device(device).type == "cuda")["right"]
     model.train()
-    return right / FIT_PROMPTS
+    return right / cfg.fit_prompts
 
 
 def check_fit(model, tokenizer, cfg: LLMConfig, fit: dict, step: int, device, log) -> None:
@@ -328,7 +338,7 @@ def train(cfg: LLMConfig, set_learning_rate, on_step=None):
     bar = tqdm(range(cfg.steps), disable=cfg.quiet or not lead, desc=os.path.basename(cfg.out))
     model.train()
     tick, tokens = time.perf_counter(), 0
-    fit = fit_record(cfg.fit_bar, cfg.fit_every)
+    fit = fit_record(cfg.fit_bar, cfg.fit_every, cfg.fit_stop)
     for step in bar:
         set_learning_rate(optimizer, step, cfg.lr, cfg.warmup, cfg.steps)
         range_end = range_at(step)
@@ -346,7 +356,7 @@ def train(cfg: LLMConfig, set_learning_rate, on_step=None):
             log.write(json.dumps(row) + "\n")
         bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}")
         check_fit(model, tokenizer, cfg, fit, step + 1, device, log)
-        if fit["steps_to_fit"]:
+        if cfg.fit_stop and fit["steps_to_fit"]:
             break
     return save(model, tokenizer, cfg, out, log, fit), tokenizer, cfg, out
 

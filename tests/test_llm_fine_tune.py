@@ -216,6 +216,35 @@ def test_the_fit_check_scores_held_out_prompts_and_stops_at_the_bar(sharp_llm, t
     assert [r["step"] for r in log if "loss" in r] == [1, 2, 3, 4]
 
 
+def test_no_fit_stop_trains_every_step_and_fit_prompts_sets_the_checks_prompts(sharp_llm, tmp_path, monkeypatch):
+    """A probe reads an LLM's fit over its whole budget: --no-fit-stop trains every step past the bar and judges
+    the fit at the last check; --fit-prompts N answers N held-out prompts at each check (the next N seeds of
+    the fit check's own). Bugs caught: the run stopping at the bar anyway, the default count used, a bad count
+    taken."""
+    import finetune
+    asked = []
+
+    def scorer(model, tokenizer, prompt, answer, candidates=(), device="cpu", bf16=False):
+        asked.append(prompt)
+        return {"right": len(asked) % 5 != 0, "said": "", "rank": None, "logprob": 0.0}  # 4 of every 5 right
+
+    monkeypatch.setattr(hf, "score_prompt", scorer)
+    trained, out = [], str(tmp_path / "run")
+    train.run(["--llm", sharp_llm, "--task", "passkey", "--method", "ft", "--train-len", "128", "--steps", "6",
+               "--fit-bar", "0.5", "--fit-every", "2", "--no-fit-stop", "--fit-prompts", "5", "--threads", "1",
+               "--quiet", "--out", out], on_step=lambda step, ids, positions: trained.append(step))
+    assert trained == list(range(6))  # on past the bar at step 2
+    fit = json.load(open(os.path.join(out, "fit.json")))
+    assert fit == {"bar": 0.5, "every": 2, "stop": False, "checks": [[2, 0.8], [4, 0.8], [6, 0.8]],
+                   "steps_to_fit": 6, "first_fit": 2}
+    tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(sharp_llm)
+    assert asked == [hf.text_sample(tokenizer, "passkey", 128, finetune.FIT_SEED + i, {})[0] for i in range(5)] * 3
+    for flags, message in ((["--fit-prompts", "0", "--fit-bar", "0.5"], "--fit-prompts 0: "),
+                           (["--fit-prompts", "8"], "--fit-prompts 8: ")):
+        with pytest.raises(train.UsageError, match=message):
+            train.run(["--llm", sharp_llm, "--task", "passkey", "--train-len", "128", *flags, "--out", out, "--force"])
+
+
 def test_the_fit_check_trains_on_in_train_mode_between_checks(sharp_llm, tmp_path, monkeypatch):
     """Bug caught: the fit check leaving the model in eval mode, so the steps after it train without dropout (and
     whatever else a module does only in training); and fit.json saying nothing of a run that never fitted."""
