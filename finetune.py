@@ -284,9 +284,9 @@ FIT_SEED, FIT_PROMPTS = 2 * 10 ** 9, 32
 
 
 def fit_accuracy(model, tokenizer, cfg: LLMConfig, device) -> float:
-    """Exact match on the fit check's prompts (--fit-prompts), contiguous positions, the model in eval mode for the while, with
-    the numerics it trains with (bfloat16 autocast on CUDA and with --bf16). Every process scores every prompt
-    (under FSDP2 their forwards gather the shards together)."""
+    """Exact match on the fit check's prompts (--fit-prompts), contiguous positions, the model in eval mode for
+    the while, with the numerics it trains with (bfloat16 autocast on CUDA and with --bf16). Every process
+    scores every prompt (under FSDP2 their forwards gather the shards together)."""
     model.eval()
     right = 0
     with torch.no_grad():

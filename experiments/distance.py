@@ -51,10 +51,11 @@ def budget(steps: int) -> dict:
 # evaluation at d = 1..120; 8 layers x 512, 8 heads, 40K steps of batch 64, lr 3e-4, 3K warm-up, wd 0.05,
 # best of 5 seeds. Every model here trains its task's `budget` and fits when it is at stats.FIT_BAR on held-out
 # windows at the band's delays at the end; the same check every `every` steps, and one out of range at `far` x
-# the top of its training band (twice it: at 4 x, delay 20 here, C models sit at chance all through training),
-# draw its curves over training. "default" shrinks the rest until its models train in about an hour on 2 shared CPU
-# cores, as its probe (below) measured them; results/distance.md lists every change. Bands keep the paper's
-# shape: a middle band, evaluation to 4x its top, an adjacent band just above it and a separated one further out.
+# the top of its training band (twice it: at 4 x, delay 20 in the default, C models sat at chance all through
+# training), draw its curves over training. "default" shrinks the rest until its models train in about an hour
+# on 2 shared CPU cores, as its probe (below) measured them; results/distance.md lists every change. Bands keep
+# the paper's shape: a middle band, evaluation to 4x its top, an adjacent band just above it and a separated one
+# further out.
 PRESETS = {
     "quick": dict(window=24, symbols=16, m=2, band=(4, 4), adjacent=(5, 6), separated=(9, 10), top=16, far=2,
                   layers=2, heads=4, width=32, sizes=((1, 32), (2, 32)), budget=budget(200), every=50, batch=32,
@@ -81,9 +82,9 @@ PRESETS = {
 # "How this design was chosen".
 # (Its "diversity" is the one the default had when the probe ran; the probe trains no (B) model, and checks
 # nothing out of range, so it has no "far".)
-PRESETS["probe"] = {**{k: v for k, v in PRESETS["default"].items() if k != "far"}, "budget": budget(6000), "every": 100, "samples": 0,
-                    "sizes": ((2, 64), (4, 32), (4, 64)), "transfer_encodings": DISTANCE_ENCODINGS,
-                    "diversity": (1, 3, 6, 10)}
+PRESETS["probe"] = {**{k: v for k, v in PRESETS["default"].items() if k != "far"}, "budget": budget(6000),
+                    "every": 100, "samples": 0, "sizes": ((2, 64), (4, 32), (4, 64)),
+                    "transfer_encodings": DISTANCE_ENCODINGS, "diversity": (1, 3, 6, 10)}
 
 
 # A region's transfer counts as positive or negative only beyond this accuracy difference: one seed's accuracy
