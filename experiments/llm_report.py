@@ -75,8 +75,7 @@ def markdown(data: dict) -> str:
         else:  # the pretrained model, or a fine-tune of the design before the fit check
             checks = "no fit check (an older design)" if loss else "—"
         loss = f"{loss['first']:.2f} → {loss['last']:.2f}" if loss else "—"
-        seed = method.partition("-s")[2] or "0"
-        lines.append(f"| {seed} (`{method}`) | " + " | ".join(cells) + f" | {checks} | {loss} | {result['minutes']:.1f} |")
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {checks} | {loss} | {result['minutes']:.1f} |")
     lines += ["", "Methods: " + "; ".join(f"`{m}`: {LABELS[m]}" for m in results) + ".", ""]
     lines += comparisons_section(data)
     lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
@@ -112,8 +111,8 @@ def probe_markdown(data: dict) -> str:
             _, low, high = wilson(accuracy, n)
             cells.append(f"{accuracy:.2f} ({round(accuracy * n)}/{n}) [{low:.2f}, {high:.2f}]")
         seed = method.partition("-s")[2] or "0"
-        lines.append(f"| {seed} (`{method}`) | " + " | ".join(cells) + f" | {fit['loss_first']:.3f} → {fit['loss_last']:.3f} | "
-                     f"{fit['seconds_per_step']:.2f} |")
+        lines.append(f"| {seed} (`{method}`) | " + " | ".join(cells)
+                     + f" | {fit['loss_first']:.3f} → {fit['loss_last']:.3f} | {fit['seconds_per_step']:.2f} |")
     steps = [step for step, _ in next(iter(fits.values()))["checks"]]
     held = [i for i in range(len(steps)) if all(a >= bar for f in fits.values() for _, a in f["checks"][i:])]
     every = all(f["steps_to_fit"] for f in fits.values())
