@@ -68,8 +68,8 @@ PRESETS = {
 # it: does a full fine-tune of all 135M weights at 5e-5 (bfloat16 autocast: this CPU has AMX; on one without
 # bfloat16 instructions it is 4-5x slower) learn qa3 at 512 tokens, on every seed, and by which step? Its bar,
 # fixed before the run: exact match >= 0.8 on 64 held-out prompts (52 of 64; the Wilson 95 % interval of 52/64
-# is [0.70, 0.89], so a model at the bar has learned far more than the 0.44 the pilot plateaued at, and the
-# 1/64 a prompt moves it is a sixth of what 32 prompts at 0.9 allowed). Every model trains all its steps
+# is [0.70, 0.89], so a model at the bar has learned far more than the 0.44 the pilot plateaued at, and one
+# prompt moves the score by 1/64, half what it moved on the default's 32). Every model trains all its steps
 # (--no-fit-stop), checked every 150, so the curve shows where it flattens: 900 steps, half again the 600 at
 # which a first fine-tune by hand was still rising (0.81 on 32 prompts). It scores nothing at long lengths.
 PRESETS["probe"] = dict(methods=["ft", "ft-s1"], train_len=512, steps=900, fit_bar=0.8, batch=1, samples={},
