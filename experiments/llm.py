@@ -144,10 +144,7 @@ def run_method(method: str, setup: dict, root: str, args) -> dict:
         os.makedirs(os.path.join(root, method), exist_ok=True)
     else:
         fine_tune(method, setup, root, args)
-        with open(os.path.join(root, method, "log.jsonl")) as f:
-            log = [row["loss"] for row in map(json.loads, f) if "loss" in row]  # the others: fit checks
-        tenth = max(1, len(log) // 10)
-        loss = {"first": sum(log[:tenth]) / tenth, "last": sum(log[-tenth:]) / tenth, "steps": len(log)}
+        loss = loss_ends(training_log(method, root))
         fit = read_fit(os.path.join(root, method))
         model, tokenizer, _ = hf.load_for_eval(os.path.join(root, method), args.device)
     measured = fingerprint(method, root)  # "missing" only if its files went since it loaded: then nothing is kept
@@ -161,6 +158,19 @@ def run_method(method: str, setup: dict, root: str, args) -> dict:
             # the seconds of the prompts scored here; `reused` of them were read back from scores.jsonl
             rows[-1].update(seconds=time.perf_counter() - tick, reused=(cache.reused if cache else 0) - reused)
     return {"rows": rows, "training_loss": loss, "fit": fit, "minutes": (time.perf_counter() - began) / 60}
+
+
+def training_log(method: str, root: str) -> list[dict]:
+    """A fine-tune's log.jsonl, its training steps' rows (the others are fit checks)."""
+    with open(os.path.join(root, method, "log.jsonl")) as f:
+        return [row for row in map(json.loads, f) if "loss" in row]
+
+
+def loss_ends(log: list[dict]) -> dict:
+    """The training loss averaged over the first and the last tenth of the steps, and how many steps."""
+    tenth = max(1, len(log) // 10)
+    return {"first": sum(r["loss"] for r in log[:tenth]) / tenth, "last": sum(r["loss"] for r in log[-tenth:]) / tenth,
+            "steps": len(log)}
 
 
 def fingerprint(method: str, root: str) -> str:
@@ -336,13 +346,10 @@ def probe_worker(job) -> dict:
     last log line says, over the whole run)."""
     method, setup, root, args = job
     fine_tune(method, setup, root, args)
-    with open(os.path.join(root, method, "log.jsonl")) as f:
-        log = [row for row in map(json.loads, f) if "loss" in row]
-    tenth = max(1, len(log) // 10)
-    fit = read_fit(os.path.join(root, method))
+    log, fit = training_log(method, root), read_fit(os.path.join(root, method))
+    loss = loss_ends(log)
     return {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1], "first_fit": fit["first_fit"],
-            "checks": fit["checks"], "loss_first": sum(r["loss"] for r in log[:tenth]) / tenth,
-            "loss_last": sum(r["loss"] for r in log[-tenth:]) / tenth,
+            "checks": fit["checks"], "loss_first": loss["first"], "loss_last": loss["last"],
             "seconds_per_step": setup["train_len"] / log[-1]["tokens_per_s"]}
 
 

