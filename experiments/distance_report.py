@@ -20,6 +20,7 @@ from experiments.distance import (DISTANCE_ENCODINGS, PAPER_D_FINDINGS, PRESETS,
 from experiments.stats import FIT_BAR, THRESHOLD, UNFIT, rule_text, short
 
 STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every panel
+LEFT_OUT = "not in this preset"
 NOPE_MIXED_UNFIT = "in the run at commit df12742 NoPE's mixed_copy models fitted on 0 of 6 seeds within 6000 steps"
 
 
@@ -75,7 +76,7 @@ def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
           f"| C and S training band (A) | [15, 25] | {span(setup['band'])} |",
           f"| delays evaluated | 1..120 | 0..{setup['top']}"
           + (" (4 x the band's top)" if setup["top"] == 4 * setup["band"][1] else "") + " |",
-          f"| diversity d_max (B) | 5, 10, 20, 30, 50 | {', '.join(map(str, setup['diversity']))} |",
+          f"| diversity d_max (B) | 5, 10, 20, 30, 50 | {', '.join(map(str, setup['diversity'])) or LEFT_OUT} |",
           f"| S bands in transfer (C) | [25, 35], [45, 55] | {span(setup['adjacent'])}, {span(setup['separated'])} |",
           f"| model | 8 layers x 512, 8 heads | {layers} layers x {width}, {heads} heads |",
           f"| sizes in the size sweep (layers x width) | smaller than 8 x 512 (sizes not in our sources) | "
@@ -94,7 +95,8 @@ def setup_section(data: dict, jobs: int, threads: int) -> list[str]:
              f"evenly spaced over {heads} heads (the rule for {heads} heads is nearly flat over this window) |"]
             if "alibi_slope_heads" in data else []),
           f"| encodings | NoPE, RoPE, ALiBi | all three in size and (A); (B) "
-          f"{', '.join(setup['diversity_encodings'])}; (C) {', '.join(setup['transfer_encodings'])} |"]
+          f"{', '.join(setup['diversity_encodings']) or LEFT_OUT}; (C) "
+          f"{', '.join(setup['transfer_encodings']) or LEFT_OUT} |"]
     if data["scale"] != "full":
         md.append("\nWhere a part has fewer than 3 seeds or fewer than the three encodings, that is a cut made to "
                   "fit the time budget (or, for an encoding, what its probe said: see how this design was chosen), "
@@ -205,9 +207,19 @@ def plan(probe: dict, setup: dict) -> str:
     for part, key, reason in (("(B)", "diversity_encodings", slower), ("(C)", "transfer_encodings", unfit_s)):
         kept = setup[key]
         left = [e for e in DISTANCE_ENCODINGS if e not in kept]
-        if left:
+        if not kept:
+            text += f" {part} is {LEFT_OUT}: {left_out_why(probe, setup)}."
+        elif left:
             text += f" {part} trains {', '.join(kept)} only: " + "; ".join(reason(e, kept) for e in left) + "."
     return text + " `--full` trains every encoding in every part."
+
+
+def left_out_why(probe: dict, setup: dict) -> str:
+    """Why a part is left out of the default: at (A)'s budget, what its models would add, from the probe's cost
+    per step, against the hour (A) already takes."""
+    per_model = cpu_per_step(probe) * setup["budget"]["delay_copy"] / 60
+    return (f"(A) alone takes the hour at this budget, and a model trained it costs about {per_model:.0f} CPU-min "
+            "at the probe's rate; fewer parts rather than models trained less (`--full` and `--quick` keep it)")
 
 
 def verdicts_section(data: dict) -> list[str]:
@@ -312,9 +324,10 @@ def rankings(runs: dict) -> str:
 
 
 def curves_section(data: dict) -> list[str]:
-    """(A) over training (results from issue 51 on): per task and encoding, where its in-range accuracy ended,
-    when it first reached the bar, and its out-of-range accuracy then and at the end; and the order of the
-    encodings out of range at every check, so a reader sees whether a ranking holds across training or flips."""
+    """(A) over training (results from issue 51 on): per task and encoding, where its in-range accuracy ended
+    and how it moved over the last quarter (flat where the budget suffices), when it first reached the bar, and
+    its out-of-range accuracy then and at the end; and the order of the encodings out of range at every check,
+    so a reader sees whether a ranking holds across training or flips."""
     setup = data["settings"]
     if "budget" not in setup:
         return []
@@ -322,18 +335,21 @@ def curves_section(data: dict) -> list[str]:
     md = ["## (A) over training\n", f"Every model trained {budget_text(setup)}; at every check (each "
           f"{setup['every']} steps) its in-range accuracy (the fit check: held-out windows at its training delays) "
           f"and its accuracy at delay {far}, out of range (64 windows, on C alone): the figure's last row. "
-          "Means over seeds; 'first at the bar': each seed's first check at the bar (— none).\n",
-          f"| task | encoding | in range at the end | first at the bar | at delay {far}: then | "
-          "at the end |", "|---|---|---:|---:|---:|---:|"]
+          "Means over seeds; 'last quarter': in range from the check at three quarters of the budget to the last, "
+          "flat where the budget suffices; 'first at the bar': each seed's first check at the bar (— none).\n",
+          f"| task | encoding | in range at the end | last quarter | first at the bar | at delay {far}: then | "
+          "at the end |", "|---|---|---:|---:|---:|---:|---:|"]
     for task, runs in data["A"].items():
         for e, r in runs.items():
             firsts = [first_at_bar(c) for c in r["curves"]]
             when = ", ".join("—" if i is None else str(c["steps"][i]) for c, i in zip(r["curves"], firsts))
             then = [c["out_of_range"][i] for c, i in zip(r["curves"], firsts) if i is not None]
             end = [c["out_of_range"][-1] for c in r["curves"]]
-            md.append(f"| {task} | {e} | {fmt(r['fit_at_end'], form='sd')} | {when} | "
-                      f"{spread(then)['mean']:.2f} | {spread(end)['mean']:.2f} |" if then else
-                      f"| {task} | {e} | {fmt(r['fit_at_end'], form='sd')} | {when} | — | {spread(end)['mean']:.2f} |")
+            in_range = mean_curve(r, "in_range")[1]
+            start = in_range[min(len(in_range) - 1, 3 * len(in_range) // 4)]
+            md.append(f"| {task} | {e} | {fmt(r['fit_at_end'], form='sd')} | {start:.2f} -> {in_range[-1]:.2f} "
+                      f"({in_range[-1] - start:+.2f}) | {when} | "
+                      + (f"{spread(then)['mean']:.2f}" if then else "—") + f" | {spread(end)['mean']:.2f} |")
     md.append("")
     md += [f"Out of range over training, {task}: {rankings(runs)}." for task, runs in data["A"].items()]
     return md + [""]
@@ -341,6 +357,9 @@ def curves_section(data: dict) -> list[str]:
 
 def diversity_section(data: dict) -> list[str]:
     setup = data["settings"]
+    if not data["B"]:
+        return ["## (B) Diversity\n", f"Paper D: {PAPER_D_FINDINGS['B']}. {LEFT_OUT.capitalize()}: see how this "
+                "design was chosen.\n"]
     md = ["## (B) Diversity\n", f"Paper D: {PAPER_D_FINDINGS['B']}. Here: C trained on [0, d_max], evaluated at "
           f"0..{setup['top']}; sums of accuracy over the delays inside and outside [0, d_max], "
           f"{setup['diversity_seeds']} seed(s).\n",
@@ -362,6 +381,9 @@ def sign(x: float) -> str:
 
 def transfer_section(data: dict) -> list[str]:
     setup = data["settings"]
+    if not data["C"]:
+        return ["## (C) Transfer\n", f"Paper D: {PAPER_D_FINDINGS['C']}. {LEFT_OUT.capitalize()}: see how this "
+                "design was chosen.\n"]
     md = ["## (C) Transfer\n", f"Paper D: {PAPER_D_FINDINGS['C']}. Here: mixed_copy trains C on "
           f"{span(setup['band'])} together with S on {span(setup['adjacent'])} (adjacent) or "
           f"{span(setup['separated'])} "
@@ -515,10 +537,16 @@ def figure(data: dict):
             curves = {e: seed_curve("delay", r["delays"], r["per_seed"], band="sd") for e, r in part_a[task].items()}
             plot_curves(ax, curves, "delay", band, log_x=False, styles=STYLES)
             ax.set_title(f"{label}, mean ± sd of {setup['seeds']} seed(s)")
-        diversity_panel(axes[0, 3], data["B"], "out_sum", "(B) out-of-range sum")
-        diversity_panel(axes[1, 0], data["B"], "ratio", "(B) out-of-range / in-range")
-        transfer_panel(axes[1, 1], setup, data["C"]["adjacent"], "adjacent", band)
-        transfer_panel(axes[1, 2], setup, data["C"]["separated"], "separated", band)
+        if data["B"]:
+            diversity_panel(axes[0, 3], data["B"], "out_sum", "(B) out-of-range sum")
+            diversity_panel(axes[1, 0], data["B"], "ratio", "(B) out-of-range / in-range")
+        if data["C"]:
+            transfer_panel(axes[1, 1], setup, data["C"]["adjacent"], "adjacent", band)
+            transfer_panel(axes[1, 2], setup, data["C"]["separated"], "separated", band)
+        for ax, part in ((axes[0, 3], "B"), (axes[1, 0], "B"), (axes[1, 1], "C"), (axes[1, 2], "C")):
+            if not data[part]:
+                ax.axis("off")
+                ax.text(0.5, 0.5, f"({part}) {LEFT_OUT}", ha="center", va="center")
         ax = axes[1, 3]
         encoding_lines(ax, {e: (r["delays"], r["best"]) for e, r in part_a["delay_copy"].items()}, ms=3)
         ax.axvspan(*band, color="grey", alpha=0.2, lw=0, label="trained")

@@ -177,6 +177,30 @@ def test_the_default_shows_the_probe_that_planned_it(tmp_path, monkeypatch):
     assert "## How this design was chosen" not in (tmp_path / "other" / "distance.md").read_text()
 
 
+def test_a_preset_that_leaves_b_and_c_out_trains_and_decides_a_alone(tmp_path, monkeypatch):
+    """The default keeps (A) at the budget its slowest encoding needs and leaves (B) and (C) out (issue 51: fewer
+    parts, not models trained less). Bugs caught: a left-out part still trained, decided (an empty part
+    read as reproduced) or drawn, or its section missing instead of saying it is left out."""
+    monkeypatch.chdir(tmp_path)
+    small = {**exp.PRESETS["quick"], "diversity_encodings": (), "transfer_encodings": ()}
+    monkeypatch.setitem(exp.PRESETS, "quick", small)
+    assert all(key[0] != "mixed_copy" and key[3] == small["band"] for key in exp.planned_models(small))
+    assert lengen_eval.main(["--experiment", "distance", "--quick", "--threads", "1", "--out-dir", "out"]) == 0
+    data = json.loads((tmp_path / "out" / "distance.json").read_text())
+    assert set(data["verdicts"]) == {"size", "A, delay copy", "A, selective copy"}
+    assert data["B"] == {} and data["C"] == {}
+    assert not any("mixed_copy" in name or "-d0-" in name for name in os.listdir("runs/distance/quick"))
+    md = (tmp_path / "out" / "distance.md").read_text()
+    for part in ("## (B) Diversity", "## (C) Transfer"):
+        assert md.split(part)[1].split("##")[0].count(f"{report.LEFT_OUT.capitalize()}: see how") == 1
+    assert (tmp_path / "out" / "distance.png").stat().st_size > 0
+    # the default's plan says why, from its probe's cost per step
+    probe = json.loads(open(os.path.join(os.path.dirname(__file__), os.pardir, "results",
+                                         "distance-probe.json")).read())
+    plan = report.plan(probe, exp.PRESETS["default"])
+    assert "(B) is not in this preset: (A) alone takes the hour" in plan and "(C) is not in this preset" in plan
+
+
 def test_the_committed_probe_still_plans_the_default():
     """The default reads results/distance-probe.json as how it was planned, and refuses it when --probe's preset
     has changed since. Bug caught: a setting added to the default (far) and so, by inheritance, to the probe,
