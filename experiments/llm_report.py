@@ -9,13 +9,14 @@ from __future__ import annotations
 import finetune
 from eval import plot_curves, wilson
 from experiments.common import line_styles, wrapped
-from experiments.llm import FACTOR, LORA, LR, MODELS, PRIMARY, comparisons
+from experiments.llm import FACTOR, LORA, LR, MODELS, PRIMARY, comparisons, design
 from experiments.stats import FIT_BAR, UNFIT, short, units_needed
 
 LABELS = {
     "base": "SmolLM2-135M-Instruct as it is",
     "base+yarn": f"the same weights read with YaRN x{FACTOR:g} (zero-shot, inference only)",
     "ft": "fine-tuned: plain RoPE, contiguous positions",
+    "ft+yarn": f"ft's model read with YaRN x{FACTOR:g} at inference only (fine-tuned without it)",
     "yarn": f"fine-tuned with YaRN x{FACTOR:g}, contiguous positions (\"trained YaRN\")",
     "rpe": "fine-tuned with randomized positions (range 1x -> 2x the sample length), plain RoPE",
     "ryarn": f"Randomized YaRN: YaRN x{FACTOR:g} + randomized positions, range 1x -> 2x in Paper R's stages",
@@ -24,7 +25,18 @@ LABELS = {
     "yarn-s1": "yarn with fine-tuning seed 1 (other samples, in another order)",
     "ryarn-s1": "ryarn with fine-tuning seed 1 (other samples and positions)",
 }
-STYLES = line_styles(MODELS)  # each method in one colour in both panels, in every preset
+STYLES = line_styles(MODELS + ["ft+yarn"])  # each method in one colour in both panels, in every preset
+
+
+def label(method: str) -> str:
+    """What a method is: LABELS', or for a further fine-tuning seed, its method's and the seed."""
+    name, _, seed = method.rpartition("-s")
+    return LABELS.get(method) or f"{name} with fine-tuning seed {seed} (other samples, in another order)"
+
+
+def style(method: str) -> dict:
+    """A method's line: its own, or for a further seed its method's, dashed."""
+    return STYLES.get(method) or {**STYLES[method.rpartition("-s")[0]], "ls": "--"}
 
 # ---------------------------------------------------------------------------------------------------------
 # results/llm.md
@@ -76,7 +88,7 @@ def markdown(data: dict) -> str:
             checks = "no fit check (an older design)" if loss else "—"
         loss = f"{loss['first']:.2f} → {loss['last']:.2f}" if loss else "—"
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {checks} | {loss} | {result['minutes']:.1f} |")
-    lines += ["", "Methods: " + "; ".join(f"`{m}`: {LABELS[m]}" for m in results) + ".", ""]
+    lines += ["", "Methods: " + "; ".join(f"`{m}`: {label(m)}" for m in results) + ".", ""]
     lines += comparisons_section(data)
     lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
     return "\n".join(lines) + "\n"
@@ -262,7 +274,7 @@ def figure(data: dict):
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         top1 = {m: [{"length": r["length"], "accuracy": r["top1"], "low": r["top1_low"], "high": r["top1_high"]}
                     for r in result["rows"]] for m, result in results.items()}
-        plot_curves(axes[0], top1, "length", styles=STYLES)
+        plot_curves(axes[0], top1, "length", styles={m: style(m) for m in results})
         axes[0].axhline(1 / 6, color="black", ls=":", lw=1)
         axes[0].set(ylabel="top-1 among the six places", title="right place ranked first (dotted: chance)")
         for m, result in results.items():
@@ -270,7 +282,7 @@ def figure(data: dict):
             below_above = [[r["logprob"] - r["logprob_low"] for r in rows],
                            [r["logprob_high"] - r["logprob"] for r in rows]]
             axes[1].errorbar([r["length"] for r in rows], [r["logprob"] for r in rows], yerr=below_above, marker="o",
-                             ms=3, capsize=2, label=m, **STYLES[m])
+                             ms=3, capsize=2, label=m, **style(m))
         axes[1].set(xscale="log", xlabel="length", ylabel="log p(answer)", title="answer log-probability")
         axes[1].legend(fontsize=7)
         for ax in axes:
@@ -292,5 +304,5 @@ def decide_again(data: dict) -> dict:
     """The recorded results with their comparisons decided again from their numbers by the study's claims."""
     data = dict(data)
     lengths = [int(n) for n in data["settings"]["samples"]]
-    data["comparisons"], data["caption"] = comparisons(data["results"], lengths)
+    data["comparisons"], data["caption"] = comparisons(data["results"], lengths, **design(data["settings"]))
     return data

@@ -785,3 +785,99 @@ def test_the_llm_probe_trains_every_step_of_each_seed_and_says_whether_all_fit(t
     assert "not every seed is at the bar at its last check; no check from which all stay at it." in \
         llm_report.markdown(record)
     assert finetune.FIT_PROMPTS == 32  # the default's count is untouched by the probe's
+
+
+def test_ft_plus_yarn_reads_fts_own_model_with_yarn_once_ft_is_trained(tiny_llm, tmp_path, monkeypatch):
+    """The arm that tells training with YaRN from reading with it (issue 50): ft+yarn fine-tunes nothing; it
+    scores ft's very model, read with YaRN x4 at inference, after ft is trained, even when listed first. Bugs
+    caught (each planted, watched failing): ft+yarn fine-tuned on its own (a second model, not ft's), read
+    without YaRN (its scores ft's), or scored before ft exists (a missing log.jsonl); and its scores cached
+    under ft's rotation, so that ft's cache would serve it."""
+    from experiments import llm
+    monkeypatch.chdir(tmp_path)
+    argv = llm.fine_tune_argv
+    monkeypatch.setattr(llm, "fine_tune_argv", lambda *a: [tiny_llm if x == "smollm2" else x for x in argv(*a)])
+    monkeypatch.setattr(hf, "smollm2_gguf", lambda: tiny_llm)
+    monkeypatch.setitem(llm.PRESETS, "quick", {**llm.PRESETS["quick"], "methods": ["ft+yarn", "ft"],
+                                               "samples": {256: 3}})
+    trainings, run = [], train.run
+    monkeypatch.setattr(train, "run", lambda argv: trainings.append(argv) or run(argv))
+    assert lengen_eval.main(["--experiment", "llm", "--quick", "--threads", "1", "--out-dir", "out"]) == 0
+    assert len(trainings) == 1 and "runs/llm-quick/ft" in " ".join(trainings[0])
+    assert not os.path.exists(tmp_path / "runs" / "llm-quick" / "ft+yarn" / "model")
+    results = json.loads((tmp_path / "out" / "llm.json").read_text())["results"]
+    assert results["ft+yarn"]["fit"] == results["ft"]["fit"]
+    ours, theirs = ([p["logprob"] for p in results[m]["rows"][0]["prompts"]] for m in ("ft+yarn", "ft"))
+    assert all(a != b for a, b in zip(ours, theirs))  # the rotation YaRN x4 gives, not ft's own
+    keys = [{json.dumps(e["key"], sort_keys=True) for e in map(json.loads, open(tmp_path / "runs" / "llm-quick" / m
+                                                                             / "scores.jsonl")) if "key" in e}
+            for m in ("ft+yarn", "ft")]
+    assert len(keys[0]) == len(keys[1]) == 3 and not keys[0] & keys[1]
+
+
+def test_ryarn_draws_positions_from_the_range_its_preset_names():
+    """QA3's ryarn draws positions up to 64 x its 512-token samples (32768: YaRN x4 over SmolLM2's 8192), every
+    seed of it; no other arm gets a range, and the qa1 design keeps train.py's default. Bug caught: the range
+    given to ryarn's first seed only, or to an arm with contiguous positions."""
+    from experiments import llm
+    args = types.SimpleNamespace(device="cpu", threads=None)
+
+    def flag(method, setup):
+        command = llm.fine_tune_argv(method, setup, "runs", args)
+        return command[command.index("--range") + 1] if "--range" in command else None
+
+    full = llm.PRESETS["full"]
+    assert full["range"] * full["train_len"] == llm.FACTOR * 8192
+    assert {m: flag(m, full) for m in ("ryarn", "ryarn-s1", "ryarn-s9", "ft", "yarn-s1")} == \
+        {"ryarn": "64", "ryarn-s1": "64", "ryarn-s9": "64", "ft": None, "yarn-s1": None}
+    assert flag("ryarn", llm.PRESETS["default"]) is None
+
+
+def test_qa3s_primary_comparisons_are_decided_on_seeds_as_one_family():
+    """QA3 names three primary comparisons at the longest length (ryarn against ft, yarn and ft+yarn), decided
+    with the fine-tuning seeds as units, as a family of three; prompts are the secondary units. Bugs caught:
+    the seed-level verdict taken alone (unadjusted), from prompts, or for a comparison not named primary; a
+    seed that points the other way not stopping it."""
+    from experiments import llm, stats
+
+    base = [-5.0, -3.0, -8.0, -1.0, -4.0]
+    lifts = {0: 1.0, 1: 0.9, 2: 1.1}  # ryarn's gain over every other arm, by seed
+
+    def arms(gain):
+        out = {}
+        for k, up in gain.items():
+            suffix = f"-s{k}" if k else ""
+            out |= {f"ryarn{suffix}": scored([v + up for v in base], lengths=(512, 4096))}
+            out |= {f"{m}{suffix}": scored(base, lengths=(512, 4096)) for m in ("ft", "yarn", "ft+yarn")}
+        return out
+
+    setup = llm.design(llm.QA3)
+    assert setup == {"primary": [("ryarn", "ft"), ("ryarn", "yarn"), ("ryarn", "ft+yarn")], "by_seed": True}
+    rows, caption = llm.comparisons(arms(lifts), [512, 4096], **setup)
+    primary = [r for r in rows if r["primary"]]
+    assert sorted((r["better"], r["worse"], r["length"]) for r in primary) == \
+        sorted(("ryarn", w, 4096) for w in ("ft", "yarn", "ft+yarn"))
+    assert all(r["per_seed"] == pytest.approx([1.0, 0.9, 1.1]) for r in primary)
+    decided = stats.decide({"x": [1.0, 0.9, 1.1], "y": [1.0, 0.9, 1.1], "z": [1.0, 0.9, 1.1]}, 0.0)["x"]
+    assert all(r["seed_verdict"] == "reproduced" and r["seed_low"] == pytest.approx(decided["low"])
+               and r["seed_level"] == pytest.approx(decided["level"]) and r["seed_detectable"] > 0 for r in primary)
+    assert "Primary, fine-tuning seeds as units: One family of 3" in caption
+    assert "Secondary, prompts as units: One family of 3" in caption
+    assert all("seed_low" not in r for r in rows if not r["primary"])
+    rows, _ = llm.comparisons(arms({**lifts, 2: -0.5}), [512, 4096], **setup)
+    assert all(r["seed_verdict"].startswith("undecided") for r in rows if r["primary"])
+
+
+def test_full_seeds_come_from_the_pilots_spread_and_paper_rs_gain():
+    """--full's fine-tuning seeds: the fewest that find Paper R's +0.09 with 80 % power at the primary family's
+    level, given the spread of the pilot's two ft seeds (results/llm-probe.json). Bug caught: a spread typed in
+    that the committed pilot does not give, or a preset with other seeds than the calculation's."""
+    from experiments import llm, stats
+    with open(os.path.join(ROOT, "results", "llm-probe.json")) as f:
+        fits = json.load(f)["fits"]["qa3"]
+    ends = [fit["checks"][-1][1] for fit in fits.values()]
+    assert 2 ** 0.5 * lengen_eval.sample_sd(ends) == pytest.approx(llm.PILOT_SD, abs=0.005)
+    assert llm.FULL_SEEDS == stats.units_needed(0.09, llm.PILOT_SD, 0.05 / 3) >= stats.MIN_UNITS
+    methods = llm.PRESETS["full"]["methods"]
+    assert all(sum(m == arm or m.startswith(arm + "-s") for m in methods) == llm.FULL_SEEDS
+               for arm in ("ft", "ft+yarn", "yarn", "ryarn"))
