@@ -293,8 +293,9 @@ def paired(results: dict, better: str, worse: str, length: int) -> dict:
     """better - worse, prompt by prompt (every model answers the same prompts), seed k of one against seed k
     of the other (the same training samples; seeds only one of them ran are left out), or each seed against
     the pretrained model (base, base+yarn: no seeds). `differences`: per prompt, the log p difference averaged
-    over the seed pairs (what comparisons() decides on); `per_seed`: each pair's mean log p difference; top-1
-    and exact match differences averaged over pairs and prompts."""
+    over the seed pairs (what comparisons() decides on); `per_seed`: each pair's mean log p difference, and
+    `per_seed_exact` its exact match difference; top-1 and exact match differences averaged over pairs and
+    prompts."""
     pairs = seed_pairs(results, better, worse)
 
     def prompts(method):
@@ -305,6 +306,7 @@ def paired(results: dict, better: str, worse: str, length: int) -> dict:
     n = len(differences)
     return {"better": better, "worse": worse, "length": length, "prompts": n, "pairs": [list(p) for p in pairs],
             "per_seed": [sum(b["logprob"] - w["logprob"] for b, w in pp) / n for pp in per_pair],
+            "per_seed_exact": [sum(float(b["right"]) - float(w["right"]) for b, w in pp) / n for pp in per_pair],
             "top1": mean_over(per_pair, lambda e: float(e["rank"] == 1)),
             "exact": mean_over(per_pair, lambda e: float(e["right"])),
             "differences": differences}
@@ -338,8 +340,9 @@ def comparisons(results: dict, lengths: list[int], primary=(PRIMARY,), by_seed: 
     these prompts would find with 80 % power at the family's level (stats.detectable). A verdict that exact
     match contradicts (the other sign) says so. `seed_verdict`: the same comparison with the seed pairs as the
     units (each pair's mean over prompts), which carries the fine-tuning seeds' own variance: with by_seed, the
-    primary comparisons' verdict, decided as a family of their own, with its interval and the effect it could
-    detect (seed_low, seed_high, seed_detectable); else each on its own (stats.unit_verdict)."""
+    primary comparisons' verdict, decided as a family of their own on exact match (Paper R's measure, the one its
+    seeds were counted for: QA3), with its interval and the gain it could detect (seed_low, seed_high,
+    seed_detectable); else each on its log p alone (stats.unit_verdict)."""
     table = {f"{b} - {w} at {n}": paired(results, b, w, n) for b, w in COMPARISONS + list(primary)
              if seed_pairs(results, b, w) for n in lengths}
     first = [f"{b} - {w} at {lengths[-1]}" for b, w in primary]
@@ -347,7 +350,7 @@ def comparisons(results: dict, lengths: list[int], primary=(PRIMARY,), by_seed: 
     decided, by_seeds, captions = {}, {}, []
     kinds = ("Secondary, prompts as units: ", "Exploratory: ") if by_seed else ("Primary: ", "Exploratory: ")
     if by_seed and (family := [k for k in table if k in first]):
-        by_seeds = decide({k: table[k]["per_seed"] for k in family}, 0.0, fitted={k: fit[k] for k in family})
+        by_seeds = decide({k: table[k]["per_seed_exact"] for k in family}, 0.0, fitted={k: fit[k] for k in family})
         captions.append("Primary, fine-tuning seeds as units: " + caption(by_seeds))
     for kind, family in zip(kinds, ([k for k in table if k in first], [k for k in table if k not in first])):
         if family:
@@ -372,7 +375,7 @@ def comparisons(results: dict, lengths: list[int], primary=(PRIMARY,), by_seed: 
             s = by_seeds[key]
             row.update(seed_verdict=s["verdict"], seed_low=s.get("low", float("nan")),
                        seed_high=s.get("high", float("nan")), seed_level=s.get("level"),
-                       seed_detectable=detectable(sample_sd(c["per_seed"]), len(c["per_seed"]), s["level"])
+                       seed_detectable=detectable(sample_sd(c["per_seed_exact"]), len(c["per_seed_exact"]), s["level"])
                        if "low" in s else float("nan"))
         out.append(row)
     return out, " ".join(captions)

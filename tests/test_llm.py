@@ -840,15 +840,15 @@ def test_qa3s_primary_comparisons_are_decided_on_seeds_as_one_family():
     seed that points the other way not stopping it."""
     from experiments import llm, stats
 
-    base = [-5.0, -3.0, -8.0, -1.0, -4.0]
-    lifts = {0: 1.0, 1: 0.9, 2: 1.1}  # ryarn's gain over every other arm, by seed
+    base = [-5.0, -3.0, -8.0, -1.0, -4.0] * 2
+    lifts = {0: 0.6, 1: 0.6, 2: 0.7}  # ryarn's exact match, by seed (each other arm's: 0.2); its log p is 1 up
 
     def arms(gain):
         out = {}
         for k, up in gain.items():
             suffix = f"-s{k}" if k else ""
-            out |= {f"ryarn{suffix}": scored([v + up for v in base], lengths=(512, 4096))}
-            out |= {f"{m}{suffix}": scored(base, lengths=(512, 4096)) for m in ("ft", "yarn", "ft+yarn")}
+            out |= {f"ryarn{suffix}": scored([v + 1.0 for v in base], exact=up, lengths=(512, 4096))}
+            out |= {f"{m}{suffix}": scored(base, exact=0.2, lengths=(512, 4096)) for m in ("ft", "yarn", "ft+yarn")}
         return out
 
     setup = llm.design(llm.QA3)
@@ -857,14 +857,15 @@ def test_qa3s_primary_comparisons_are_decided_on_seeds_as_one_family():
     primary = [r for r in rows if r["primary"]]
     assert sorted((r["better"], r["worse"], r["length"]) for r in primary) == \
         sorted(("ryarn", w, 4096) for w in ("ft", "yarn", "ft+yarn"))
-    assert all(r["per_seed"] == pytest.approx([1.0, 0.9, 1.1]) for r in primary)
-    decided = stats.decide({"x": [1.0, 0.9, 1.1], "y": [1.0, 0.9, 1.1], "z": [1.0, 0.9, 1.1]}, 0.0)["x"]
+    assert all(r["per_seed_exact"] == pytest.approx([0.4, 0.4, 0.5]) and r["per_seed"] == pytest.approx([1.0] * 3)
+               for r in primary)  # the seed-level verdict is on exact match, Paper R's measure
+    decided = stats.decide({"x": [0.4, 0.4, 0.5], "y": [0.4, 0.4, 0.5], "z": [0.4, 0.4, 0.5]}, 0.0)["x"]
     assert all(r["seed_verdict"] == "reproduced" and r["seed_low"] == pytest.approx(decided["low"])
                and r["seed_level"] == pytest.approx(decided["level"]) and r["seed_detectable"] > 0 for r in primary)
     assert "Primary, fine-tuning seeds as units: One family of 3" in caption
     assert "Secondary, prompts as units: One family of 3" in caption
     assert all("seed_low" not in r for r in rows if not r["primary"])
-    rows, _ = llm.comparisons(arms({**lifts, 2: -0.5}), [512, 4096], **setup)
+    rows, _ = llm.comparisons(arms({**lifts, 2: 0.0}), [512, 4096], **setup)
     assert all(r["seed_verdict"].startswith("undecided") for r in rows if r["primary"])
 
 
