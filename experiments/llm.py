@@ -325,6 +325,9 @@ def fitted(results: dict, method: str) -> bool:
     return bool((results[method].get("fit") or {}).get("steps_to_fit"))
 
 
+NO_SIZE = "none, any gain above 0 counts"  # what the captions say: every comparison here is decided at size 0
+
+
 def design(setup: dict) -> dict:
     """A preset's primary comparisons and their units, as comparisons() takes them: QA3 names several, decided
     with the fine-tuning seeds as units; results recorded before it have PRIMARY alone, on prompts."""
@@ -351,12 +354,12 @@ def comparisons(results: dict, lengths: list[int], primary=(PRIMARY,), by_seed: 
     kinds = ("Secondary, prompts as units: ", "Exploratory: ") if by_seed else ("Primary: ", "Exploratory: ")
     if by_seed and (family := [k for k in table if k in first]):
         by_seeds = decide({k: table[k]["per_seed_exact"] for k in family}, 0.0, fitted={k: fit[k] for k in family})
-        captions.append("Primary, fine-tuning seeds as units: " + caption(by_seeds))
+        captions.append("Primary, fine-tuning seeds as units: " + caption(by_seeds, size_from=NO_SIZE))
     for kind, family in zip(kinds, ([k for k in table if k in first], [k for k in table if k not in first])):
         if family:
             decided.update(decide({k: table[k]["differences"] for k in family}, 0.0,
                                   fitted={k: fit[k] for k in family}))
-            captions.append(kind + caption({k: decided[k] for k in family}))
+            captions.append(kind + caption({k: decided[k] for k in family}, size_from=NO_SIZE))
     out = []
     for key, c in table.items():
         d = decided[key]

@@ -882,3 +882,40 @@ def test_full_seeds_come_from_the_pilots_spread_and_paper_rs_gain():
     methods = llm.PRESETS["full"]["methods"]
     assert all(sum(m == arm or m.startswith(arm + "-s") for m in methods) == llm.FULL_SEEDS
                for arm in ("ft", "ft+yarn", "yarn", "ryarn"))
+
+
+@pytest.mark.slow  # ~1 min: 9 fine-tunes of the tiny model, 13 models scored
+def test_a_design_in_paper_rs_regime_reports_seeds_and_prompts_for_each_primary_comparison(tiny_llm, tmp_path,
+                                                                                           monkeypatch):
+    """QA3's shape end to end on the tiny model (3 seeds of ft, yarn and ryarn; ft+yarn from ft's; base+yarn):
+    results/llm.md gives each method over its seeds at every length, the fine-tuning length and the model's own
+    context marked, and each primary comparison at both levels with what it could detect; the figure is drawn.
+    Bugs caught: a primary comparison missing from the page, seeds shown as methods of their own, the page's
+    seed-level verdict not the json's, the marks on the wrong lengths."""
+    from experiments import llm
+    monkeypatch.chdir(tmp_path)
+    argv = llm.fine_tune_argv
+    monkeypatch.setattr(llm, "fine_tune_argv", lambda *a: [tiny_llm if x == "smollm2" else x for x in argv(*a)])
+    monkeypatch.setattr(hf, "smollm2_gguf", lambda: tiny_llm)
+    small = {**llm.QA3, "train_len": 192, "steps": 2, "fit_every": 2, "fit_prompts": 2, "fit_bar": 0.01,
+             "bf16": False, "range": 4.0, "samples": {192: 2, 512: 2, 768: 3},
+             "methods": llm.arms(["base+yarn", "ft", "ft+yarn", "yarn", "ryarn"], 3)}
+    monkeypatch.setitem(llm.PRESETS, "quick", small)
+    monkeypatch.setattr(llm, "fitted", lambda results, method: True)  # a tiny model learns nothing: decide anyway
+    assert lengen_eval.main(["--experiment", "llm", "--quick", "--threads", "1", "--out-dir", "out"]) == 0
+    data = json.loads((tmp_path / "out" / "llm.json").read_text())
+    md = (tmp_path / "out" / "llm.md").read_text()
+    assert (tmp_path / "out" / "llm.png").stat().st_size > 0
+    assert "| 192 tokens (fine-tuning length) | 512 tokens (the model's context) | 768 tokens (past the context) |" \
+        in md
+    table = md.split("## Each method over its fine-tuning seeds")[1].split("##")[0]
+    assert [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:] \
+        == ["| base+yarn", "| ft", "| ft+yarn", "| yarn", "| ryarn"]
+    primary = [c for c in data["comparisons"] if c["primary"]]
+    assert sorted(c["worse"] for c in primary) == ["ft", "ft+yarn", "yarn"] and all(c["length"] == 768 for c in primary)
+    section = md.split("## The primary comparisons")[1].split("## Every run")[0]
+    for c in primary:
+        row = next(line for line in section.splitlines() if line.startswith(f"| ryarn − {c['worse']} at 768 |"))
+        assert f"| 3 | {', '.join(f'{x:+.2f}' for x in c['per_seed_exact'])} |" in row
+        assert f"**{c['seed_verdict']}**" in row and f"| {c['prompts']} |" in row
+        assert f"[{c['low']:+.2f}, {c['high']:+.2f}] | {c['verdict']} |" in row
