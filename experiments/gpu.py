@@ -42,10 +42,11 @@ from runs import UsageError
 PRESETS = {  # fine-tuning lengths, evaluation lengths, timed steps; the tests' own checks run in every preset
     "quick": dict(train_lengths=(1024,), eval_lengths=(8192,), steps=2, pytest=False, encodings_at=8192),
     # 512 and 8192..32768: the llm experiment's --full fine-tunes and scores there (--dry-run plans from them)
-    "default": dict(train_lengths=(512, 4096, 8192), eval_lengths=(8192, 16384, 32768, 65536, 131072), steps=5,
-                    pytest=True, encodings_at=32768),
+    "default": dict(train_lengths=(512, 4096, 8192), eval_lengths=(512, 8192, 16384, 32768, 65536, 131072),
+                    steps=5, pytest=True, encodings_at=32768),
     # the checks and measurements, then the llm experiment's --full design (`--dry-run` prints it first)
-    "full": dict(train_lengths=(512, 4096, 8192, 16384), eval_lengths=(8192, 16384, 32768, 65536, 131072, 262144),
+    "full": dict(train_lengths=(512, 4096, 8192, 16384),
+                 eval_lengths=(512, 8192, 16384, 32768, 65536, 131072, 262144),
                  steps=10, pytest=True, encodings_at=32768, llm_full=True),
 }
 WARMUP = 2  # untimed steps first: kernels chosen, memory pools grown
@@ -298,10 +299,15 @@ def llm_full_plan(peak: float, rates: dict) -> dict:
     for tokens, k in setup["samples"].items():
         scored = len(setup["methods"]) * k
         parts[f"scoring at {tokens}"] = (scored * prompt_s(tokens), scored * forward_flops(tokens) / (peak * ASSUMED_MFU))
+    # a part's FLOPs cannot take longer than the part itself, as measured where a GPU measured it
+    parts = {k: (serial, min(bound, serial)) for k, (serial, bound) in parts.items()}
+    measured = {"fine-tunes": n in rates.get("step", {}) and n in rates.get("forward", {}),
+                **{f"scoring at {t}": t in rates.get("forward", {}) for t in setup["samples"]}}
     return {"fine_tunes": ["python train.py " + " ".join(llm.fine_tune_argv(t, setup, "runs/llm-full", args))
                            for t in tunes],
             "models": setup["methods"], "samples": setup["samples"],
             "seconds": {k: v[0] for k, v in parts.items()}, "gpu_bound": {k: v[1] for k, v in parts.items()},
+            "measured": measured,
             "memory_gib": {"fine-tune": memory_gib(n, True), **{t: memory_gib(t, False) for t in setup["samples"]}}}
 
 
@@ -315,19 +321,21 @@ def dry_run(args) -> str:
     """--dry-run: what `python eval.py --experiment gpu --full` runs after its checks, the llm experiment's --full,
     with its time and memory estimates, on this CUDA device if there is one, else on an H200 (this project's)."""
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else "NVIDIA H200 (none here: assumed)"
-    peak = bf16_peak(name)[0] or 989e12
+    peak, known = bf16_peak(name)[0] or 989e12, bf16_peak(name)[0] is not None
     rates = measured_rates(os.path.join(args.out_dir or "results", "gpu.json"))
     plan = llm_full_plan(peak, rates)
-    source = (f"rates measured by `python eval.py --experiment gpu` on {rates['device']} (results/gpu.json)" if rates
-              else f"no GPU measured yet: model FLOPs at {ASSUMED_MFU:.0%} of {name}'s bf16 peak, at least "
-                   f"{1000 * FORWARD_FLOOR_S:g} ms a forward (assumed)")
+    assumed = (f"model FLOPs at {ASSUMED_MFU:.0%} of {peak / 1e12:g} TFLOP/s ({name}'s bf16 peak"
+               + ("" if known else ", assumed: not a device this project lists") + f"), at least "
+               f"{1000 * FORWARD_FLOOR_S:g} ms a forward")
+    source = (f"rates measured on {rates['device']} by `python eval.py --experiment gpu` (results/gpu.json) for the "
+              f"parts marked *, {assumed} for the others" if rates else f"no GPU measured yet: {assumed} (assumed)")
     return "\n".join([
         f"python eval.py --experiment llm --full --device cuda --jobs {LLM_JOBS} --out-dir results/full: "
         f"{len(plan['fine_tunes'])} "
         f"fine-tunes, {len(plan['models'])} models each scored on " + ", ".join(
             f"{k} prompts at {n} tokens" for n, k in plan["samples"].items()) + ".",
         f"Time, estimated ({source}), one process at a time: " + ", ".join(
-            f"{part} {s / 60:.1f} min" for part, s in plan["seconds"].items())
+            f"{part}{'*' if plan['measured'][part] else ''} {s / 60:.1f} min" for part, s in plan["seconds"].items())
         + f"; {wall_minutes(plan, 1):.1f} min in all, about {wall_minutes(plan, LLM_JOBS):.1f} min with "
           f"{LLM_JOBS} processes sharing the GPU (their FLOPs alone: {wall_minutes(plan, 10 ** 9):.1f} min).",
         "Peak memory a process, estimated: " + ", ".join(

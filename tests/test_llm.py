@@ -395,24 +395,31 @@ def test_llm_primary_comparison_is_its_own_family():
     assert "Primary: One family of 1 comparison(s)" in caption and "Exploratory: One family of 8" in caption
 
 
-def test_llm_scores_are_reused_only_for_the_model_they_measured(tmp_path):
-    """Bug caught (#24 item 4): runs/llm-PRESET/METHOD/eval.json was reused after its run was replaced with
-    --force, reporting the old model's numbers for the new one; and a truncated eval.json was a traceback."""
+def test_llm_scores_are_reused_only_for_the_model_and_plan_they_measured(tmp_path):
+    """Bugs caught: (#24 item 4) runs/llm-PRESET/METHOD/eval.json reused after its run was replaced with --force,
+    reporting the old model's numbers for the new one; a truncated eval.json a traceback; (issue 50) scores
+    reused for another plan on the same model: another task (qa1's scores served to qa3, whose prompts have
+    the same counts), another dtype, another YaRN factor, or a fine-tune trained by another command."""
     from experiments import llm
 
     model = tmp_path / "ft" / "model"
     model.mkdir(parents=True)
     (tmp_path / "ft" / "config.json").write_text('{"method": "ft"}')
     (model / "model.safetensors").write_bytes(b"weights one")
-    setup = {"samples": {512: 4, 2048: 2}}
-    scores = {"rows": [], "model": llm.fingerprint("ft", str(tmp_path)), "samples": {"512": 4, "2048": 2}}
+    setup, args, root = {**llm.PRESETS["default"], "samples": {512: 4, 2048: 2}}, \
+        types.SimpleNamespace(device="cpu", threads=1), str(tmp_path)
+    scores = {"rows": [], "model": llm.fingerprint("ft", root), "plan": llm.scoring_plan("ft", setup, root, args)}
     (tmp_path / "ft" / "eval.json").write_text(json.dumps(scores))
-    assert llm.cached("ft", setup, str(tmp_path)) == scores
-    assert llm.cached("ft", {"samples": {512: 8, 2048: 2}}, str(tmp_path)) is None  # other prompts
+    assert llm.cached("ft", setup, root, args) == json.loads(json.dumps(scores))
+    for other in ({"samples": {512: 8, 2048: 2}}, {"facts": 3}, {"bf16": True}, {"steps": 601}):
+        assert llm.cached("ft", {**setup, **other}, root, args) is None, other
+    (tmp_path / "ft+yarn").mkdir()  # the same model read with YaRN: a plan of its own
+    (tmp_path / "ft+yarn" / "eval.json").write_text(json.dumps(scores))
+    assert llm.cached("ft+yarn", setup, root, args) is None
     (model / "model.safetensors").write_bytes(b"weights two")  # the run replaced since
-    assert llm.cached("ft", setup, str(tmp_path)) is None
+    assert llm.cached("ft", setup, root, args) is None
     (tmp_path / "ft" / "eval.json").write_text('{"rows": [')
-    assert llm.cached("ft", setup, str(tmp_path)) is None
+    assert llm.cached("ft", setup, root, args) is None
 
 
 @pytest.mark.parametrize("batch, accum", [(1, 2), (2, 3)])
@@ -791,8 +798,8 @@ def test_ft_plus_yarn_reads_fts_own_model_with_yarn_once_ft_is_trained(tiny_llm,
     """The arm that tells training with YaRN from reading with it (issue 50): ft+yarn fine-tunes nothing; it
     scores ft's very model, read with YaRN x4 at inference, after ft is trained, even when listed first. Bugs
     caught (each planted, watched failing): ft+yarn fine-tuned on its own (a second model, not ft's), read
-    without YaRN (its scores ft's), or scored before ft exists (a missing log.jsonl); and its scores cached
-    under ft's rotation, so that ft's cache would serve it."""
+    without YaRN (its scores ft's), or scored before ft exists (a missing log.jsonl); and its scores keyed by
+    ft's rotation (hf.rope_digest, part of each score's key)."""
     from experiments import llm
     monkeypatch.chdir(tmp_path)
     argv = llm.fine_tune_argv
@@ -813,6 +820,8 @@ def test_ft_plus_yarn_reads_fts_own_model_with_yarn_once_ft_is_trained(tiny_llm,
                                                                              / "scores.jsonl")) if "key" in e}
             for m in ("ft+yarn", "ft")]
     assert len(keys[0]) == len(keys[1]) == 3 and not keys[0] & keys[1]
+    monkeypatch.setitem(llm.PRESETS, "quick", {**llm.PRESETS["quick"], "methods": ["ft+yarn-s1"]})
+    assert lengen_eval.main(["--experiment", "llm", "--quick", "--threads", "1", "--out-dir", "other"]) == 2
 
 
 def test_ryarn_draws_positions_from_the_range_its_preset_names():
@@ -835,9 +844,10 @@ def test_ryarn_draws_positions_from_the_range_its_preset_names():
 
 def test_qa3s_primary_comparisons_are_decided_on_seeds_as_one_family():
     """QA3 names three primary comparisons at the longest length (ryarn against ft, yarn and ft+yarn), decided
-    with the fine-tuning seeds as units, as a family of three; prompts are the secondary units. Bugs caught:
-    the seed-level verdict taken alone (unadjusted), from prompts, or for a comparison not named primary; a
-    seed that points the other way not stopping it."""
+    with the fine-tuning seeds as units on exact match, as a family of three; prompts are the secondary units.
+    Bugs caught: the seed-level verdict taken alone (unadjusted: another level), from prompts or from log p
+    (which rises by 1.0 on every seed here, and would read reproduced where exact match is undecided), or for
+    a comparison not named primary."""
     from experiments import llm, stats
 
     base = [-5.0, -3.0, -8.0, -1.0, -4.0] * 2
@@ -878,7 +888,7 @@ def test_full_seeds_come_from_the_pilots_spread_and_paper_rs_gain():
         fits = json.load(f)["fits"]["qa3"]
     ends = [fit["checks"][-1][1] for fit in fits.values()]
     assert 2 ** 0.5 * lengen_eval.sample_sd(ends) == pytest.approx(llm.PILOT_SD, abs=0.005)
-    assert llm.FULL_SEEDS == stats.units_needed(0.09, llm.PILOT_SD, 0.05 / 3) >= stats.MIN_UNITS
+    assert llm.FULL_SEEDS == stats.units_needed(0.09, llm.PILOT_SD, 0.05 / 3) == 11  # as docs/llm.md says
     methods = llm.PRESETS["full"]["methods"]
     assert all(sum(m == arm or m.startswith(arm + "-s") for m in methods) == llm.FULL_SEEDS
                for arm in ("ft", "ft+yarn", "yarn", "ryarn"))
@@ -919,3 +929,7 @@ def test_a_design_in_paper_rs_regime_reports_seeds_and_prompts_for_each_primary_
         assert f"| 3 | {', '.join(f'{x:+.2f}' for x in c['per_seed_exact'])} |" in row
         assert f"**{c['seed_verdict']}**" in row and f"| {c['prompts']} |" in row
         assert f"[{c['low']:+.2f}, {c['high']:+.2f}] | {c['verdict']} |" in row
+    from experiments import llm_report
+    summary = llm_report.summary(data).replace("\n", " ")
+    assert "| ft (3 seeds) |" in summary and "| base+yarn (1 seed) |" in summary
+    assert all(f"ryarn − {w} " in summary for w in ("ft", "yarn", "ft+yarn"))
