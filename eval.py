@@ -503,6 +503,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--render", action="store_true",
                    help="experiment: decide its claims again from --out-dir's NAME.json under the current rule, "
                         "and rewrite NAME.md, .json, .png (nothing is trained)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="experiment: print what it would run, with its time and memory estimates, and run nothing "
+                        "(gpu: the llm experiment's --full design)")
     p.add_argument("--jobs", type=int, default=1,
                    help="experiment: this many independent runs at once, each in its own process (results are "
                         "identical to --jobs 1)")
@@ -519,7 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
 EVALUATION_FLAGS = ("lengths", "delays", "samples", "llm", "task", "depths", "threshold", "scaling", "factor",
                     "template", "sequential", "bf16", "cache",
                     "original_len", "plot", "json")
-EXPERIMENT_FLAGS = ("quick", "full", "probe", "out_dir", "force", "render", "jobs", "cells", "launcher")
+EXPERIMENT_FLAGS = ("quick", "full", "probe", "out_dir", "force", "render", "jobs", "cells", "launcher", "dry_run")
 
 
 def refuse_dropped(args) -> None:

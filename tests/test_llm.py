@@ -395,24 +395,31 @@ def test_llm_primary_comparison_is_its_own_family():
     assert "Primary: One family of 1 comparison(s)" in caption and "Exploratory: One family of 8" in caption
 
 
-def test_llm_scores_are_reused_only_for_the_model_they_measured(tmp_path):
-    """Bug caught (#24 item 4): runs/llm-PRESET/METHOD/eval.json was reused after its run was replaced with
-    --force, reporting the old model's numbers for the new one; and a truncated eval.json was a traceback."""
+def test_llm_scores_are_reused_only_for_the_model_and_plan_they_measured(tmp_path):
+    """Bugs caught: (#24 item 4) runs/llm-PRESET/METHOD/eval.json reused after its run was replaced with --force,
+    reporting the old model's numbers for the new one; a truncated eval.json a traceback; (issue 50) scores
+    reused for another plan on the same model: another task (qa1's scores served to qa3, whose prompts have
+    the same counts), another dtype, another YaRN factor, or a fine-tune trained by another command."""
     from experiments import llm
 
     model = tmp_path / "ft" / "model"
     model.mkdir(parents=True)
     (tmp_path / "ft" / "config.json").write_text('{"method": "ft"}')
     (model / "model.safetensors").write_bytes(b"weights one")
-    setup = {"samples": {512: 4, 2048: 2}}
-    scores = {"rows": [], "model": llm.fingerprint("ft", str(tmp_path)), "samples": {"512": 4, "2048": 2}}
+    setup, args, root = {**llm.PRESETS["default"], "samples": {512: 4, 2048: 2}}, \
+        types.SimpleNamespace(device="cpu", threads=1), str(tmp_path)
+    scores = {"rows": [], "model": llm.fingerprint("ft", root), "plan": llm.scoring_plan("ft", setup, root, args)}
     (tmp_path / "ft" / "eval.json").write_text(json.dumps(scores))
-    assert llm.cached("ft", setup, str(tmp_path)) == scores
-    assert llm.cached("ft", {"samples": {512: 8, 2048: 2}}, str(tmp_path)) is None  # other prompts
+    assert llm.cached("ft", setup, root, args) == json.loads(json.dumps(scores))
+    for other in ({"samples": {512: 8, 2048: 2}}, {"facts": 3}, {"bf16": True}, {"steps": 601}):
+        assert llm.cached("ft", {**setup, **other}, root, args) is None, other
+    (tmp_path / "ft+yarn").mkdir()  # the same model read with YaRN: a plan of its own
+    (tmp_path / "ft+yarn" / "eval.json").write_text(json.dumps(scores))
+    assert llm.cached("ft+yarn", setup, root, args) is None
     (model / "model.safetensors").write_bytes(b"weights two")  # the run replaced since
-    assert llm.cached("ft", setup, str(tmp_path)) is None
+    assert llm.cached("ft", setup, root, args) is None
     (tmp_path / "ft" / "eval.json").write_text('{"rows": [')
-    assert llm.cached("ft", setup, str(tmp_path)) is None
+    assert llm.cached("ft", setup, root, args) is None
 
 
 @pytest.mark.parametrize("batch, accum", [(1, 2), (2, 3)])
@@ -785,3 +792,144 @@ def test_the_llm_probe_trains_every_step_of_each_seed_and_says_whether_all_fit(t
     assert "not every seed is at the bar at its last check; no check from which all stay at it." in \
         llm_report.markdown(record)
     assert finetune.FIT_PROMPTS == 32  # the default's count is untouched by the probe's
+
+
+def test_ft_plus_yarn_reads_fts_own_model_with_yarn_once_ft_is_trained(tiny_llm, tmp_path, monkeypatch):
+    """The arm that tells training with YaRN from reading with it (issue 50): ft+yarn fine-tunes nothing; it
+    scores ft's very model, read with YaRN x4 at inference, after ft is trained, even when listed first. Bugs
+    caught (each planted, watched failing): ft+yarn fine-tuned on its own (a second model, not ft's), read
+    without YaRN (its scores ft's), or scored before ft exists (a missing log.jsonl); and its scores keyed by
+    ft's rotation (hf.rope_digest, part of each score's key)."""
+    from experiments import llm
+    monkeypatch.chdir(tmp_path)
+    argv = llm.fine_tune_argv
+    monkeypatch.setattr(llm, "fine_tune_argv", lambda *a: [tiny_llm if x == "smollm2" else x for x in argv(*a)])
+    monkeypatch.setattr(hf, "smollm2_gguf", lambda: tiny_llm)
+    monkeypatch.setitem(llm.PRESETS, "quick", {**llm.PRESETS["quick"], "methods": ["ft+yarn", "ft"],
+                                               "samples": {256: 3}})
+    trainings, run = [], train.run
+    monkeypatch.setattr(train, "run", lambda argv: trainings.append(argv) or run(argv))
+    assert lengen_eval.main(["--experiment", "llm", "--quick", "--threads", "1", "--out-dir", "out"]) == 0
+    assert len(trainings) == 1 and "runs/llm-quick/ft" in " ".join(trainings[0])
+    assert not os.path.exists(tmp_path / "runs" / "llm-quick" / "ft+yarn" / "model")
+    results = json.loads((tmp_path / "out" / "llm.json").read_text())["results"]
+    assert results["ft+yarn"]["fit"] == results["ft"]["fit"]
+    ours, theirs = ([p["logprob"] for p in results[m]["rows"][0]["prompts"]] for m in ("ft+yarn", "ft"))
+    assert all(a != b for a, b in zip(ours, theirs))  # the rotation YaRN x4 gives, not ft's own
+    keys = [{json.dumps(e["key"], sort_keys=True) for e in map(json.loads, open(tmp_path / "runs" / "llm-quick" / m
+                                                                             / "scores.jsonl")) if "key" in e}
+            for m in ("ft+yarn", "ft")]
+    assert len(keys[0]) == len(keys[1]) == 3 and not keys[0] & keys[1]
+    monkeypatch.setitem(llm.PRESETS, "quick", {**llm.PRESETS["quick"], "methods": ["ft+yarn-s1"]})
+    assert lengen_eval.main(["--experiment", "llm", "--quick", "--threads", "1", "--out-dir", "other"]) == 2
+
+
+def test_ryarn_draws_positions_from_the_range_its_preset_names():
+    """QA3's ryarn draws positions up to 64 x its 512-token samples (32768: YaRN x4 over SmolLM2's 8192), every
+    seed of it; no other arm gets a range, and the qa1 design keeps train.py's default. Bug caught: the range
+    given to ryarn's first seed only, or to an arm with contiguous positions."""
+    from experiments import llm
+    args = types.SimpleNamespace(device="cpu", threads=None)
+
+    def flag(method, setup):
+        command = llm.fine_tune_argv(method, setup, "runs", args)
+        return command[command.index("--range") + 1] if "--range" in command else None
+
+    full = llm.PRESETS["full"]
+    assert full["range"] * full["train_len"] == llm.FACTOR * 8192
+    assert {m: flag(m, full) for m in ("ryarn", "ryarn-s1", "ryarn-s9", "ft", "yarn-s1")} == \
+        {"ryarn": "64", "ryarn-s1": "64", "ryarn-s9": "64", "ft": None, "yarn-s1": None}
+    assert flag("ryarn", llm.PRESETS["default"]) is None
+
+
+def test_qa3s_primary_comparisons_are_decided_on_seeds_as_one_family():
+    """QA3 names three primary comparisons at the longest length (ryarn against ft, yarn and ft+yarn), decided
+    with the fine-tuning seeds as units on exact match, as a family of three; prompts are the secondary units.
+    Bugs caught: the seed-level verdict taken alone (unadjusted: another level), from prompts or from log p
+    (which rises by 1.0 on every seed here, and would read reproduced where exact match is undecided), or for
+    a comparison not named primary."""
+    from experiments import llm, stats
+
+    base = [-5.0, -3.0, -8.0, -1.0, -4.0] * 2
+    lifts = {0: 0.6, 1: 0.6, 2: 0.7}  # ryarn's exact match, by seed (each other arm's: 0.2); its log p is 1 up
+
+    def arms(gain):
+        out = {}
+        for k, up in gain.items():
+            suffix = f"-s{k}" if k else ""
+            out |= {f"ryarn{suffix}": scored([v + 1.0 for v in base], exact=up, lengths=(512, 4096))}
+            out |= {f"{m}{suffix}": scored(base, exact=0.2, lengths=(512, 4096)) for m in ("ft", "yarn", "ft+yarn")}
+        return out
+
+    setup = llm.design(llm.QA3)
+    assert setup == {"primary": [("ryarn", "ft"), ("ryarn", "yarn"), ("ryarn", "ft+yarn")], "by_seed": True}
+    rows, caption = llm.comparisons(arms(lifts), [512, 4096], **setup)
+    primary = [r for r in rows if r["primary"]]
+    assert sorted((r["better"], r["worse"], r["length"]) for r in primary) == \
+        sorted(("ryarn", w, 4096) for w in ("ft", "yarn", "ft+yarn"))
+    assert all(r["per_seed_exact"] == pytest.approx([0.4, 0.4, 0.5]) and r["per_seed"] == pytest.approx([1.0] * 3)
+               for r in primary)  # the seed-level verdict is on exact match, Paper R's measure
+    decided = stats.decide({"x": [0.4, 0.4, 0.5], "y": [0.4, 0.4, 0.5], "z": [0.4, 0.4, 0.5]}, 0.0)["x"]
+    assert all(r["seed_verdict"] == "reproduced" and r["seed_low"] == pytest.approx(decided["low"])
+               and r["seed_level"] == pytest.approx(decided["level"]) and r["seed_detectable"] > 0 for r in primary)
+    assert "Primary, fine-tuning seeds as units: One family of 3" in caption
+    assert "Secondary, prompts as units: One family of 3" in caption
+    assert all("seed_low" not in r for r in rows if not r["primary"])
+    rows, _ = llm.comparisons(arms({**lifts, 2: 0.0}), [512, 4096], **setup)
+    assert all(r["seed_verdict"].startswith("undecided") for r in rows if r["primary"])
+
+
+def test_full_seeds_come_from_the_pilots_spread_and_paper_rs_gain():
+    """--full's fine-tuning seeds: the fewest that find Paper R's +0.09 with 80 % power at the primary family's
+    level, given the spread of the pilot's two ft seeds (results/llm-probe.json). Bug caught: a spread typed in
+    that the committed pilot does not give, or a preset with other seeds than the calculation's."""
+    from experiments import llm, stats
+    with open(os.path.join(ROOT, "results", "llm-probe.json")) as f:
+        fits = json.load(f)["fits"]["qa3"]
+    ends = [fit["checks"][-1][1] for fit in fits.values()]
+    assert 2 ** 0.5 * lengen_eval.sample_sd(ends) == pytest.approx(llm.PILOT_SD, abs=0.005)
+    assert llm.FULL_SEEDS == stats.units_needed(0.09, llm.PILOT_SD, 0.05 / 3) == 11  # as docs/llm.md says
+    methods = llm.PRESETS["full"]["methods"]
+    assert all(sum(m == arm or m.startswith(arm + "-s") for m in methods) == llm.FULL_SEEDS
+               for arm in ("ft", "ft+yarn", "yarn", "ryarn"))
+
+
+@pytest.mark.slow  # ~1 min: 9 fine-tunes of the tiny model, 13 models scored
+def test_a_design_in_paper_rs_regime_reports_seeds_and_prompts_for_each_primary_comparison(tiny_llm, tmp_path,
+                                                                                           monkeypatch):
+    """QA3's shape end to end on the tiny model (3 seeds of ft, yarn and ryarn; ft+yarn from ft's; base+yarn):
+    results/llm.md gives each method over its seeds at every length, the fine-tuning length and the model's own
+    context marked, and each primary comparison at both levels with what it could detect; the figure is drawn.
+    Bugs caught: a primary comparison missing from the page, seeds shown as methods of their own, the page's
+    seed-level verdict not the json's, the marks on the wrong lengths."""
+    from experiments import llm
+    monkeypatch.chdir(tmp_path)
+    argv = llm.fine_tune_argv
+    monkeypatch.setattr(llm, "fine_tune_argv", lambda *a: [tiny_llm if x == "smollm2" else x for x in argv(*a)])
+    monkeypatch.setattr(hf, "smollm2_gguf", lambda: tiny_llm)
+    small = {**llm.QA3, "train_len": 192, "steps": 2, "fit_every": 2, "fit_prompts": 2, "fit_bar": 0.01,
+             "bf16": False, "range": 4.0, "samples": {192: 2, 512: 2, 768: 3},
+             "methods": llm.arms(["base+yarn", "ft", "ft+yarn", "yarn", "ryarn"], 3)}
+    monkeypatch.setitem(llm.PRESETS, "quick", small)
+    monkeypatch.setattr(llm, "fitted", lambda results, method: True)  # a tiny model learns nothing: decide anyway
+    assert lengen_eval.main(["--experiment", "llm", "--quick", "--threads", "1", "--out-dir", "out"]) == 0
+    data = json.loads((tmp_path / "out" / "llm.json").read_text())
+    md = (tmp_path / "out" / "llm.md").read_text()
+    assert (tmp_path / "out" / "llm.png").stat().st_size > 0
+    assert "| 192 tokens (fine-tuning length) | 512 tokens (the model's context) | 768 tokens (past the context) |" \
+        in md
+    table = md.split("## Each method over its fine-tuning seeds")[1].split("##")[0]
+    assert [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:] \
+        == ["| base+yarn", "| ft", "| ft+yarn", "| yarn", "| ryarn"]
+    primary = [c for c in data["comparisons"] if c["primary"]]
+    assert sorted(c["worse"] for c in primary) == ["ft", "ft+yarn", "yarn"] and all(c["length"] == 768 for c in primary)
+    section = md.split("## The primary comparisons")[1].split("## Every run")[0]
+    for c in primary:
+        row = next(line for line in section.splitlines() if line.startswith(f"| ryarn − {c['worse']} at 768 |"))
+        assert f"| 3 | {', '.join(f'{x:+.2f}' for x in c['per_seed_exact'])} |" in row
+        assert f"**{c['seed_verdict']}**" in row and f"| {c['prompts']} |" in row
+        assert f"[{c['low']:+.2f}, {c['high']:+.2f}] | {c['verdict']} |" in row
+    from experiments import llm_report
+    summary = llm_report.summary(data).replace("\n", " ")
+    assert "| ft (3 seeds) |" in summary and "| base+yarn (1 seed) |" in summary
+    assert all(f"ryarn − {w} " in summary for w in ("ft", "yarn", "ft+yarn"))

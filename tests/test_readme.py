@@ -173,7 +173,7 @@ def check_eval(argv: list[str], processes: int = 1, run: bool = True, monkeypatc
             reached.append(a)
             raise Reached
         study = types.SimpleNamespace(run=stop, PRESETS=getattr(real, "PRESETS", {}),
-                                      **({"cells": stop} if hasattr(real, "cells") else {}))
+                                      **{part: stop for part in ("cells", "dry_run") if hasattr(real, part)})
         monkeypatch.setattr(common, "importlib", types.SimpleNamespace(import_module=lambda name: study))
         extra = ["--device", "cpu"]
     elif args.llm:
