@@ -87,6 +87,10 @@ PRESETS["probe"] = {**{k: v for k, v in PRESETS["default"].items() if k != "far"
                     "diversity_encodings": ("rope", "alibi"), "transfer_encodings": DISTANCE_ENCODINGS}
 
 
+# (B) and (C) as the default trained them at 6000 steps (RoPE and ALiBi, d_max 1 and 10), before the budget
+# (A)'s NoPE needs left them out of its hour: what they would add to it (distance_report.left_out_why).
+LEFT_OUT_PARTS = dict(diversity=(1, 10), diversity_encodings=("rope", "alibi"), transfer_encodings=("rope", "alibi"))
+
 # A region's transfer counts as positive or negative only beyond this accuracy difference: one seed's accuracy
 # at one delay, over 128 sequences, has a standard error up to ~0.04, and a region averages several delays.
 TRANSFER_MARGIN = 0.05

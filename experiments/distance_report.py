@@ -9,14 +9,15 @@ that a re-render writes what the run wrote.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 
 from eval import plot_curves
 from experiments.common import (ALIBI_SLOPE_HEADS, cpu_per_step, fmt, line_styles, probe_cell, probe_cost, probe_stretch_table,
                                 probe_table,
                                 seed_curve, spread, wrapped)
-from experiments.distance import (DISTANCE_ENCODINGS, PAPER_D_FINDINGS, PRESETS, TRANSFER_MARGIN, claims, far_delay,
-                                  model_argv, planned_models, probe_row, size_name)
+from experiments.distance import (DISTANCE_ENCODINGS, LEFT_OUT_PARTS, PAPER_D_FINDINGS, PRESETS, TRANSFER_MARGIN, claims,
+                                  far_delay, model_argv, planned_models, probe_row, size_name)
 from experiments.stats import FIT_BAR, THRESHOLD, UNFIT, rule_text, short
 
 STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every panel
@@ -204,22 +205,27 @@ def plan(probe: dict, setup: dict) -> str:
     if len(setup["diversity"]) == 2:
         text += (f" (B) trains d_max {setup['diversity'][0]} and {setup['diversity'][1]} only, the two its "
                  "comparisons read (the values between them cut for time).")
+    if not setup["diversity_encodings"] and not setup["transfer_encodings"]:
+        text += f" (B) and (C) are {LEFT_OUT}: {left_out_why(probe, setup)}."
     for part, key, reason in (("(B)", "diversity_encodings", slower), ("(C)", "transfer_encodings", unfit_s)):
         kept = setup[key]
         left = [e for e in DISTANCE_ENCODINGS if e not in kept]
-        if not kept:
-            text += f" {part} is {LEFT_OUT}: {left_out_why(probe, setup)}."
-        elif left:
+        if kept and left:
             text += f" {part} trains {', '.join(kept)} only: " + "; ".join(reason(e, kept) for e in left) + "."
     return text + " `--full` trains every encoding in every part."
 
 
 def left_out_why(probe: dict, setup: dict) -> str:
-    """Why a part is left out of the default: at (A)'s budget, what its models would add, from the probe's cost
-    per step, against the hour (A) already takes."""
-    per_model = cpu_per_step(probe) * setup["budget"]["delay_copy"] / 60
-    return (f"(A) alone takes the hour at this budget, and a model trained it costs about {per_model:.0f} CPU-min "
-            "at the probe's rate; fewer parts rather than models trained less (`--full` and `--quick` keep it)")
+    """Why (B) and (C) are left out of the default: what their models (LEFT_OUT_PARTS, as the default had them)
+    would add at (A)'s budget, from the probe's cost per step, against the hour (A) already takes."""
+    def count(plan):  # distinct models (JSON's lists or tuples alike)
+        return len({json.dumps(key) for key in planned_models(plan)})
+    more = count({**setup, **LEFT_OUT_PARTS}) - count(setup)
+    minutes = more * cpu_per_step(probe) * setup["budget"]["delay_copy"] / 60 / 2
+    return (f"at this budget (A) alone takes the hour; as the default had them (RoPE and ALiBi, 3 seeds, (C)'s "
+            f"models alone being (A)'s), they would add {more} models, about {minutes:.0f} min on 2 cores at the "
+            "probe's cost per step: fewer parts, rather than models trained less (`--full` and `--quick` keep "
+            "them)")
 
 
 def verdicts_section(data: dict) -> list[str]:
@@ -519,7 +525,8 @@ def over_training_panels(axes, setup: dict, part_a: dict) -> None:
 
 def figure(data: dict):
     """Size, (A) for C and S, (B) out-of-range sum and ratio against d_max, (C) C's change per delay, and (A)'s
-    best seed on C, as Paper D plots it. None for a probe's record (it has "fits"): it draws nothing."""
+    best seed on C, as Paper D plots it (the parts the preset trains), then (A) over training. None for a probe's
+    record (it has "fits"): it draws nothing."""
     if "fits" in data:
         return None
     setup, part_a = data["settings"], data["A"]
@@ -527,33 +534,39 @@ def figure(data: dict):
 
     over_training = "budget" in setup  # results from issue 51 on: every model's curve over training
 
-    def draw(plt):
-        fig, axes = plt.subplots(3 if over_training else 2, 4, figsize=(18, 12 if over_training else 8))
-        if over_training:
-            over_training_panels(axes[2], setup, part_a)
-        size_panel(axes[0, 0], setup, data["size"])
-        for ax, task, label in ((axes[0, 1], "delay_copy", "(A) delay copy"),
-                                (axes[0, 2], "selective_copy", "(A) selective copy")):
+    def a_panel(task, label):
+        def draw_a(ax):
             curves = {e: seed_curve("delay", r["delays"], r["per_seed"], band="sd") for e, r in part_a[task].items()}
             plot_curves(ax, curves, "delay", band, log_x=False, styles=STYLES)
             ax.set_title(f"{label}, mean ± sd of {setup['seeds']} seed(s)")
-        if data["B"]:
-            diversity_panel(axes[0, 3], data["B"], "out_sum", "(B) out-of-range sum")
-            diversity_panel(axes[1, 0], data["B"], "ratio", "(B) out-of-range / in-range")
-        if data["C"]:
-            transfer_panel(axes[1, 1], setup, data["C"]["adjacent"], "adjacent", band)
-            transfer_panel(axes[1, 2], setup, data["C"]["separated"], "separated", band)
-        for ax, part in ((axes[0, 3], "B"), (axes[1, 0], "B"), (axes[1, 1], "C"), (axes[1, 2], "C")):
-            if not data[part]:
-                ax.axis("off")
-                ax.text(0.5, 0.5, f"({part}) {LEFT_OUT}", ha="center", va="center")
-        ax = axes[1, 3]
+        return draw_a
+
+    def best_seed(ax):
         encoding_lines(ax, {e: (r["delays"], r["best"]) for e, r in part_a["delay_copy"].items()}, ms=3)
         ax.axvspan(*band, color="grey", alpha=0.2, lw=0, label="trained")
         ax.set(ylim=(-0.02, 1.02), xlabel="delay", ylabel="accuracy", title="(A) delay copy, best seed")
         ax.legend(fontsize=8)
+
+    # the panels in reading order, four to a row; a part the preset leaves out has none
+    panels = [lambda ax: size_panel(ax, setup, data["size"]), a_panel("delay_copy", "(A) delay copy"),
+              a_panel("selective_copy", "(A) selective copy")]
+    if data["B"]:
+        panels += [lambda ax: diversity_panel(ax, data["B"], "out_sum", "(B) out-of-range sum"),
+                   lambda ax: diversity_panel(ax, data["B"], "ratio", "(B) out-of-range / in-range")]
+    if data["C"]:
+        panels += [lambda ax, s=s: transfer_panel(ax, setup, data["C"][s], s, band) for s in ("adjacent", "separated")]
+    panels.append(best_seed)
+
+    def draw(plt):
+        rows = -(-len(panels) // 4) + over_training
+        fig, axes = plt.subplots(rows, 4, figsize=(18, 4 * rows), squeeze=False)
+        if over_training:
+            over_training_panels(axes[-1], setup, part_a)
+        for ax, panel in zip(axes.flat, panels):
+            panel(ax)
         fig.suptitle(f"Distance generalization (Paper D) at small scale: window {setup['window']}, m {setup['m']}, "
-                     f"{setup['symbols']} symbols; (A)-(C) at {setup['layers']} layers x {setup['width']}; every "
+                     f"{setup['symbols']} symbols; {'(A)-(C)' if data['B'] or data['C'] else '(A)'} at {setup['layers']} "
+                     f"layers x {setup['width']}; every "
                      "model trained " + (budget_text(setup) if over_training else f"until it fits or {setup['steps']} "
                                                                                     "steps"))
         fig.tight_layout()

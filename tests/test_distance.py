@@ -198,7 +198,8 @@ def test_a_preset_that_leaves_b_and_c_out_trains_and_decides_a_alone(tmp_path, m
     probe = json.loads(open(os.path.join(os.path.dirname(__file__), os.pardir, "results",
                                          "distance-probe.json")).read())
     plan = report.plan(probe, exp.PRESETS["default"])
-    assert "(B) is not in this preset: (A) alone takes the hour" in plan and "(C) is not in this preset" in plan
+    assert "(B) and (C) are not in this preset: at this budget (A) alone takes the hour" in plan
+    assert "they would add 24 models" in plan  # 12 of (B) at d_max 1 and 10, 12 mixed of (C); (C)'s alone are (A)'s
 
 
 def test_the_committed_probe_still_plans_the_default():
