@@ -7,6 +7,7 @@ here is skipped, with the reason; the CPU tests check the same code on the CPU.
 - an LLM fine-tune on CUDA, where bfloat16 autocast and activation checkpointing are on by themselves, with
   randomized positions: it attends across the gaps of its position ids and saves a run that reloads;
 - a long prompt is scored with its KV cache on CUDA;
+- the llm experiment's QA3 design (its --full, as `--experiment gpu --full` runs it) end to end, tiny;
 - torchrun with NCCL trains a step of an LLM fine-tune in one process (and in two, where two GPUs exist).
 """
 import os
@@ -110,6 +111,26 @@ def test_long_prompt_is_scored_with_its_kv_cache_on_cuda(tiny_llm):
     model, tokenizer, _ = hf.load_for_eval(tiny_llm, "cuda", scaling="yarn", factor=8.0)
     row = llm_eval.evaluate_llm(model, tokenizer, "passkey", 2000, samples=2, device="cuda", bf16=True)
     assert row["samples"] == 2 and row["logprob"] <= 0
+
+
+def test_the_llm_experiments_qa3_design_runs_on_cuda(tiny_llm, tmp_path, monkeypatch):
+    """QA3's shape, as `python eval.py --experiment gpu --full` runs it (`--experiment llm --full --device cuda`),
+    on the tiny model: a full fine-tune of each fine-tuned arm, ft+yarn read from ft's model, bf16 scoring, the
+    seed-level primary comparisons written. The CPU twin: tests/test_llm.py's test of the same design."""
+    import hf
+    from experiments import llm
+    monkeypatch.chdir(tmp_path)
+    argv = llm.fine_tune_argv
+    monkeypatch.setattr(llm, "fine_tune_argv", lambda *a: [tiny_llm if x == "smollm2" else x for x in argv(*a)])
+    monkeypatch.setattr(hf, "smollm2_gguf", lambda: tiny_llm)
+    monkeypatch.setitem(llm.PRESETS, "quick", {
+        **llm.QA3, "train_len": 192, "steps": 2, "fit_every": 2, "fit_prompts": 2, "fit_bar": 0.01, "range": 4.0,
+        "samples": {192: 3, 768: 3}, "methods": llm.arms(["base+yarn", "ft", "ft+yarn", "yarn", "ryarn"], 3)})
+    assert eval.main(["--experiment", "llm", "--quick", "--device", "cuda", "--out-dir", "out"]) == 0
+    import json
+    data = json.loads((tmp_path / "out" / "llm.json").read_text())
+    assert sorted(c["worse"] for c in data["comparisons"] if c["primary"]) == ["ft", "ft+yarn", "yarn"]
+    assert all(r["logprob"] <= 0 for result in data["results"].values() for r in result["rows"])
 
 
 @pytest.mark.parametrize("processes", [1, 2])
