@@ -193,7 +193,8 @@ def test_a_preset_that_leaves_b_and_c_out_trains_and_decides_a_alone(tmp_path, m
     md = (tmp_path / "out" / "distance.md").read_text()
     for part in ("## (B) Diversity", "## (C) Transfer"):
         assert md.split(part)[1].split("##")[0].count(f"{report.LEFT_OUT.capitalize()}: see how") == 1
-    assert (tmp_path / "out" / "distance.png").stat().st_size > 0
+    if importlib.util.find_spec("matplotlib"):  # the core requirements draw no figure
+        assert (tmp_path / "out" / "distance.png").stat().st_size > 0
     # the default's plan says why, from its probe's cost per step
     probe = json.loads(open(os.path.join(os.path.dirname(__file__), os.pardir, "results",
                                          "distance-probe.json")).read())

