@@ -147,13 +147,19 @@ def reads_with_yarn(method: str) -> bool:
 # ---------------------------------------------------------------------------------------------------------
 
 
+def run_name(method: str) -> tuple[str, str]:
+    """A run's method and fine-tuning seed: "ryarn-s1" -> ("ryarn", "1"), "ft+yarn" -> ("ft+yarn", "0")."""
+    name, _, seed = method.partition("-s")
+    return name, seed or "0"
+
+
 def fine_tune_argv(method: str, setup: dict, root: str, args) -> list[str]:
     """A method's train.py --llm command. A preset may set its own recipe (the probe: facts, lora None for a full
     fine-tune, lr, warmup, bf16, fit_every, fit_prompts, fit_stop); the others use the module's (qa1, LoRA
     LORA at LR, one fit check at the last step, on finetune's default prompts, stopping there)."""
-    name, _, seed = method.partition("-s")
+    name, seed = run_name(method)
     lora = setup.get("lora", LORA)
-    argv = ["--llm", "smollm2", "--method", name.removesuffix("-nocurr"), "--seed", seed or "0",
+    argv = ["--llm", "smollm2", "--method", name.removesuffix("-nocurr"), "--seed", seed,
             "--train-len", str(setup["train_len"]), "--steps", str(setup["steps"]), "--fit-bar", str(setup["fit_bar"]),
             "--fit-every", str(setup.get("fit_every", setup["steps"])), "--batch", str(setup["batch"]), "--task", TASK,
             "--facts", str(setup.get("facts", OPTIONS["facts"]))] + (["--lora", str(lora)] if lora else []) + \

@@ -10,7 +10,7 @@ import finetune
 from eval import plot_curves, wilson
 from experiments.common import line_styles, seed_curve, wrapped
 from eval import sample_sd
-from experiments.llm import FACTOR, LORA, LR, MODELS, PRIMARY, comparisons, design, source
+from experiments.llm import FACTOR, LORA, LR, MODELS, PRIMARY, comparisons, design, run_name, source
 from experiments.stats import FIT_BAR, UNFIT, short, units_needed
 
 LABELS = {
@@ -32,7 +32,7 @@ STYLES = line_styles(MODELS + ["ft+yarn"])  # each method in one colour in both 
 def label(method: str, setup: dict | None = None) -> str:
     """What a method is: LABELS', with the range its preset draws randomized positions from where that is not
     train.py's default (QA3: 64x), or for a further fine-tuning seed, its method's and the seed."""
-    name, _, seed = method.rpartition("-s")
+    name, seed = run_name(method)
     wide = (setup or {}).get("range")
     if wide and method in ("ryarn", "rpe"):
         return LABELS[method].replace("range 1x -> 2x", f"range 1x -> {wide:g}x")
@@ -41,7 +41,7 @@ def label(method: str, setup: dict | None = None) -> str:
 
 def style(method: str) -> dict:
     """A method's line: its own, or for a further seed its method's, dashed."""
-    return STYLES.get(method) or {**STYLES[method.rpartition("-s")[0]], "ls": "--"}
+    return STYLES.get(method) or {**STYLES[run_name(method)[0]], "ls": "--"}
 
 # ---------------------------------------------------------------------------------------------------------
 # results/llm.md
@@ -147,7 +147,7 @@ def by_method(results: dict) -> dict[str, list[str]]:
     """The runs of each method, by fine-tuning seed: {"ft": ["ft", "ft-s1", ...], "base": ["base"], ...}."""
     out: dict[str, list[str]] = {}
     for run in results:
-        out.setdefault(run.partition("-s")[0], []).append(run)
+        out.setdefault(run_name(run)[0], []).append(run)
     return out
 
 
@@ -233,7 +233,7 @@ def probe_markdown(data: dict) -> str:
         for _, accuracy in fit["checks"]:
             _, low, high = wilson(accuracy, n)
             cells.append(f"{accuracy:.2f} ({round(accuracy * n)}/{n}) [{low:.2f}, {high:.2f}]")
-        seed = method.partition("-s")[2] or "0"
+        seed = run_name(method)[1]
         lines.append(f"| {seed} (`{method}`) | " + " | ".join(cells)
                      + f" | {fit['loss_first']:.3f} → {fit['loss_last']:.3f} | {fit['seconds_per_step']:.2f} |")
     held = [i for i in range(len(steps)) if all(a >= bar for f in fits.values() for _, a in f["checks"][i:])]
