@@ -18,10 +18,9 @@ from experiments.common import (ALIBI_SLOPE_HEADS, cpu_per_step, fmt, line_style
                                 seed_curve, spread, wrapped)
 from experiments.distance import (DISTANCE_ENCODINGS, LEFT_OUT_PARTS, PAPER_D_FINDINGS, PRESETS, TRANSFER_MARGIN, claims,
                                   far_delay, model_argv, planned_models, probe_row, size_name)
-from experiments.stats import FIT_BAR, THRESHOLD, UNFIT, rule_text, short
+from experiments.stats import FIT_BAR, LEFT_OUT, THRESHOLD, UNFIT, rule_text, short
 
 STYLES = line_styles(DISTANCE_ENCODINGS)  # each encoding in one colour in every panel
-LEFT_OUT = "not in this preset"
 NOPE_MIXED_UNFIT = "in the run at commit df12742 NoPE's mixed_copy models fitted on 0 of 6 seeds within 6000 steps"
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import train
 from experiments.common import (ALIBI_SLOPE_HEADS, beyond, cpu_per_step, fitted, fmt, line_styles, probe_cost,
                                 probe_stretch_table, probe_table, spread, wrapped)
-from experiments.encodings import (MIN_SEEDS, MULTIPLES, PAPER, PRESETS, cell_fitted, chance, claims, label, planned,
-                                   predicted_cpu_s, rows)
-from experiments.stats import FIT_BAR, THRESHOLD, UNFIT, rule_text, short
+from experiments.encodings import (ENCODINGS, MIN_SEEDS, MULTIPLES, PAPER, PRESETS, cell_fitted, chance, claims, label,
+                                   planned, predicted_cpu_s, rows)
+from experiments.stats import FIT_BAR, LEFT_OUT, THRESHOLD, UNFIT, rule_text, short
 
 # ---------------------------------------------------------------------------------------------------------
 # The grid's tables, and how the default grid was chosen
@@ -140,7 +140,20 @@ def choice(data: dict) -> list[str]:
                f"to {hours:.0f} CPU-hours at the probe's cost per step; whether they would fit then, the probe "
                "cannot say (its table shows how far each got)." if any(unfit.values()) else "")
             + (f" Not run, because every cell they would be compared with did not fit: {named(unused)}."
-               if any(unused.values()) else ""), ""]
+               if any(unused.values()) else "") + randomized_left_out(probe, setup), ""]
+
+
+def randomized_left_out(probe: dict, setup: dict) -> str:
+    """For a preset that trains no randomized ids (the default since issue 51): what the cells it left out, those
+    of the one claim that reads them, would add, planned from the same probe at the same budget and seeds."""
+    if setup.get("randomized", True):
+        return ""
+    every = {**setup, "randomized": [e for e in ENCODINGS if e != "nope"]}
+    more = [(t, label(e, p)) for t, e, p in planned(every, probe) if p == "randomized"]
+    minutes = predicted_cpu_s(probe, more, len(setup["seeds"]), setup["budget"]) / 60
+    return (f" {LEFT_OUT.capitalize()}: the cells with randomized ids, which only the claim \"randomized positions "
+            f"help\" reads; planned from the same probe they would add {len(more)} cells, {len(more) * len(setup['seeds'])} "
+            f"models, about {minutes:.0f} CPU-min at the probe's cost per step (`--full` trains them).")
 
 
 def training_text(setup: dict) -> str:

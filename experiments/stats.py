@@ -22,6 +22,9 @@ from eval import sample_sd, t_critical, t_interval, t_tail
 # never "not reproduced". Every experiment's verdicts pass through verdict() or unit_verdict() below, which
 # take `fitted`: did the models the claim rests on reach the experiment's fit bar in distribution?
 UNFIT = "undecided (models did not fit)"
+# A claim a preset does not train the models for (it stays in another preset, --full): no verdict, and not in
+# the preset's family of comparisons.
+LEFT_OUT = "not in this preset"
 
 # The one fit bar: a model has learned its task when its accuracy in distribution (at the longest training length
 # L, on held-out sequences) reaches this. retrieval, distance and encodings gate their claims on it.
