@@ -40,20 +40,15 @@ from runs import UsageError, read_fit, save_atomic
 # ---------------------------------------------------------------------------------------------------------
 
 # base, base+yarn (inference-time YaRN, zero-shot), and train.py's --method values; "-nocurr" adds
-# --no-curriculum, "-s1" fine-tunes with seed 1 (a second fine-tuning seed: other samples, other positions).
-# Every randomized method draws positions from Paper R's range: train.py's default, 1x to 2x the sample length
-# in stages, but where a preset sets its own (QA3: 64x). `samples`: prompts at each length, the same for every model. Paper R fine-tunes under 8K tokens
-# and evaluates from 16K on; a 7B model's own context (32K) holds the lower half of that, far beyond its
-# fine-tuning length. SmolLM2's context is 8K and fine-tuning uses 512 tokens, so 4K is that regime's cheap
-# analogue, 10K the one beyond the model's context. Measured on one CPU thread (float32), a prompt takes 2.9 s at
-# 512 tokens, 28 s at 4K and about 90 s at 10K; a fine-tuning step at 512 tokens 5.4 s.
-# Fit first: every fine-tune trains the same `steps` steps (the same samples in the same order for one seed, the
-# whole curriculum and learning-rate schedule: training equal for every method), and then greedy exact match on
-# finetune.FIT_PROMPTS held-out prompts at its fine-tuning length must reach stats.FIT_BAR (one fit check, at
-# the last step); one that does not is "did not fit", and no comparison with it is decided. Two fine-tuning
-# seeds for ft, yarn and ryarn: a verdict needs the same sign on both. The default leaves out the base model as
-# it is (not one of Paper R's comparisons), rpe and the curriculum's ablation (which the small-GPT experiment
-# replicates on eight pretrained bases). This is the qa1 design of results/llm.md; QA3 (below) is the next.
+# --no-curriculum, "-s1" fine-tunes with seed 1 (another fine-tuning seed: other samples, other positions);
+# "ft+yarn" reads ft's model with YaRN at inference. Every randomized method draws positions from Paper R's
+# range: train.py's default, 1x to 2x the sample length in stages, but where a preset sets its own (QA3: 64x).
+# `samples`: prompts at each length, the same for every model. Fit first: every fine-tune trains the same
+# `steps` steps (the same samples in the same order for one seed, the whole curriculum and learning-rate
+# schedule: training equal for every method), and then greedy exact match on held-out prompts at its
+# fine-tuning length must reach the preset's fit bar at the last step; one that does not is "did not fit", and
+# no comparison with it is decided. The qa1 design before issue 50 (results at commit 8d377c6, results/llm.md)
+# fine-tuned with LoRA at 512 tokens, scored at 512, 4096 and 10240, and decided ryarn - yarn on prompts.
 MODELS = ["base", "base+yarn", "ft", "yarn", "ryarn", "rpe", "ryarn-nocurr", "ft-s1", "yarn-s1", "ryarn-s1"]
 
 
@@ -91,8 +86,14 @@ FULL_SEEDS = units_needed(PAPER_R_GAIN, PILOT_SD, ALPHA / len(QA3["primary"]))
 PRESETS = {
     "quick": dict(methods=["base", "ft", "ryarn"], train_len=192, steps=2, fit_bar=FIT_BAR, batch=1,
                   samples={256: 3, 512: 2}),
-    "default": dict(methods=["base+yarn", "ft", "ryarn", "yarn", "ft-s1", "ryarn-s1", "yarn-s1"], train_len=512,
-                    steps=600, fit_bar=FIT_BAR, batch=1, samples={512: 32, 4096: 16, 10240: 12}),
+    # QA3 on a CPU: every arm at 3 fine-tuning seeds, the fewest a verdict takes (stats.MIN_UNITS), which detect
+    # only a gain of about 0.44 in exact match at the pilot's spread (a large effect or nothing; the results say
+    # what each verdict could detect). Prompts at the fine-tuning length (32), inside the native context (4096:
+    # 8) and past it (12288, 1.5x the 8192: 12, the primary length). About 4.5 h on 2 cores, decided before the
+    # run: 9 fine-tunes of 44 CPU-min (the probe's) and 14 models scored, about 10 CPU-min each (bfloat16, one
+    # thread: 10.3 s a prompt at 4096, 24.0 s at 8192, so about 40 s at 12288). It resumes across invocations.
+    "default": {**QA3, "methods": arms(["ft", "yarn", "ryarn", "ft+yarn", "base", "base+yarn"], 3),
+                "samples": {512: 32, 4096: 8, 12288: 12}},
     # the GPU's decisive design (python eval.py --experiment gpu --dry-run prints it, its runs, time and memory):
     # QA3 at FULL_SEEDS fine-tuning seeds (below), 64 prompts at each length (as many as the pilot's spread was
     # measured on), at the fine-tuning length, the native context, past it, and at the 32768 YaRN x4 reaches
@@ -111,10 +112,9 @@ PRESETS = {
 PRESETS["probe"] = dict(methods=["ft", "ft-s1"], train_len=512, steps=900, fit_bar=0.8, batch=1, samples={},
                         facts=3, lora=None, lr=5e-5, warmup=10, bf16=True, fit_every=150, fit_prompts=64,
                         fit_stop=False)
-# The default's 600 steps: in a probe of 400 steps (docs/llm.md), ryarn reached the fit bar at the last check
-# only, by one prompt; 600 is the margin.
-# The primary comparison, named before the run: does randomizing the positions add to trained YaRN, at the
-# longest length (beyond the model's context)? Its own family; every other comparison is exploratory, one family.
+# The qa1 design's primary comparison, named before its run (QA3 names its own, above): does randomizing the
+# positions add to trained YaRN, at the longest length (beyond the model's context)? Its own family; every
+# other comparison is exploratory, one family.
 PRIMARY = ("ryarn", "yarn")
 # Paper R fine-tunes with LoRA. Rank 16 (alpha 32) on the attention projections, AdamW at 2e-4: a usual LoRA
 # setting, fixed before the run, the same for every method. The qa1 design fine-tunes and scores in float32 on

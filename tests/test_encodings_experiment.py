@@ -239,6 +239,34 @@ def test_a_grid_with_fewer_randomized_variants_compares_only_those():
     assert pooled["per_unit"] == pytest.approx([0.4] * 3) and pooled["of"] == len(tasks_)
 
 
+def test_a_grid_without_randomized_ids_leaves_their_claim_out_of_its_family():
+    """The default since issue 51 trains contiguous ids only (setup["randomized"] empty): "randomized positions
+    help" is not in this preset, neither decided nor counted in the family (11 comparisons, not 12), and how the
+    grid was chosen says what its cells would add, planned from the same probe. Bugs caught: the claim read as
+    undecided (models did not fit), as if its models had failed; the family still adjusted for it; the cost of
+    the cells left out counted at the wrong budget or seeds."""
+    setup = {**exp.PRESETS["default"], "tasks": ("copy", "reverse")}
+    assert exp.variants(setup) == [(e, "contiguous") for e in exp.ENCODINGS]
+    accuracy, steps, tasks_ = synthetic(lambda v, seed: {"nope": 0.9, "xpos": 0.3}.get(v, 0.4) + 0.01 * seed)
+    keep = set(exp.rows(setup))
+    accuracy = {t: {row: v for row, v in by.items() if row in keep} for t, by in accuracy.items()}
+    steps = {t: {row: v for row, v in by.items() if row in keep} for t, by in steps.items()}
+    claims, caption = exp.claims(accuracy, steps, tasks_)
+    assert claims["randomized positions help"]["verdict"] == stats.LEFT_OUT
+    assert claims["randomized positions help"]["tasks"] == []
+    assert "One family of 11 comparison(s)" in caption and claims["xPos beats RoPE"]["family"] == 11
+    assert claims["xPos beats RoPE"]["verdict"] == "reversed" and claims["NoPE generalizes best"]["verdict"] == \
+        "reproduced"
+    fit = {exp.label(e, p): {"steps_to_fit": 500 if (e, p) != ("sinusoidal", "contiguous") else None,
+                             "last": [12000, 0.95]} for e, p in exp.variants(exp.PRESETS["full"])}
+    probe = {"fits": {"copy": fit, "reverse": fit}, "runtime": {"cpu_s": 100.0}, "steps_trained": 1000}
+    assert [p for _, _, p in exp.planned(setup, probe)] == ["contiguous"] * 16  # 8 of 9 a task: sinusoidal unfit
+    text = report.randomized_left_out(probe, setup)
+    # the 8 randomized cells but sinusoidal + rand (its partner unfit), 2 tasks, 3 seeds, 12000 steps, 0.1 s a step
+    assert "would add 14 cells, 42 models, about 840 CPU-min" in text, text
+    assert report.randomized_left_out(probe, exp.PRESETS["full"]) == ""
+
+
 def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypatch, capsys):
     """planned(): with a probe on record, the default spends no seed on a cell whose probe model did not fit, or
     whose every partner in the claims table did not, shows it as not run, and says why. Bugs caught: the plan

@@ -407,7 +407,7 @@ def test_llm_scores_are_reused_only_for_the_model_and_plan_they_measured(tmp_pat
     model.mkdir(parents=True)
     (tmp_path / "ft" / "config.json").write_text('{"method": "ft"}')
     (model / "model.safetensors").write_bytes(b"weights one")
-    setup, args, root = {**llm.PRESETS["default"], "samples": {512: 4, 2048: 2}}, \
+    setup, args, root = {**llm.PRESETS["quick"], "steps": 600, "samples": {512: 4, 2048: 2}}, \
         types.SimpleNamespace(device="cpu", threads=1), str(tmp_path)
     scores = {"rows": [], "model": llm.fingerprint("ft", root), "plan": llm.scoring_plan("ft", setup, root, args)}
     (tmp_path / "ft" / "eval.json").write_text(json.dumps(scores))
@@ -827,8 +827,9 @@ def test_ft_plus_yarn_reads_fts_own_model_with_yarn_once_ft_is_trained(tiny_llm,
 
 def test_ryarn_draws_positions_from_the_range_its_preset_names():
     """QA3's ryarn draws positions up to 64 x its 512-token samples (32768: YaRN x4 over SmolLM2's 8192), every
-    seed of it; no other arm gets a range, and the qa1 design keeps train.py's default. Bug caught: the range
-    given to ryarn's first seed only, or to an arm with contiguous positions."""
+    seed of it, in --full and in the CPU default (QA3 both); no other arm gets a range, and --quick keeps
+    train.py's default. Bug caught: the range given to ryarn's first seed only, or to an arm with contiguous
+    positions."""
     from experiments import llm
     args = types.SimpleNamespace(device="cpu", threads=None)
 
@@ -840,7 +841,7 @@ def test_ryarn_draws_positions_from_the_range_its_preset_names():
     assert full["range"] * full["train_len"] == llm.FACTOR * 8192
     assert {m: flag(m, full) for m in ("ryarn", "ryarn-s1", "ryarn-s9", "ft", "yarn-s1")} == \
         {"ryarn": "64", "ryarn-s1": "64", "ryarn-s9": "64", "ft": None, "yarn-s1": None}
-    assert flag("ryarn", llm.PRESETS["default"]) is None
+    assert flag("ryarn", llm.PRESETS["default"]) == "64" and flag("ryarn", llm.PRESETS["quick"]) is None
 
 
 def test_qa3s_primary_comparisons_are_decided_on_seeds_as_one_family():
