@@ -63,22 +63,23 @@ def budget(steps: int) -> dict:
 
 # The default's training budget, in steps by task: every model of a task trains all of them, whatever its
 # encoding or positions. 12000: its probe of 12000 steps (issue 51, results/encodings-probe.md) saw every cell
-# that fits move by at most 0.02 in range over its last quarter; at 4000, the budget before it, ALiBi, T5,
-# KERPLE and FIRE were still rising.
+# that fits move by at most 0.02 in range over its last quarter; at 4000, the budget before it, ALiBi, T5 and
+# KERPLE were still rising.
 DEFAULT_BUDGET = budget(12000)
 PRESETS = {
     "quick": dict(L=12, layers=2, budget=budget(20), every=10, seeds=(0,), samples=16, tasks=("reverse", "shift")),
     # the contiguous-id cells its probe saw fit that a comparison can use (planned()), on one task, reverse (read
     # by position), at 3 seeds, the fewest a verdict takes (stats.MIN_UNITS), each its whole budget: 8 cells, 24
-    # models, about 2 CPU-hours, an hour on 2 cores. The randomized-id cells (the one claim that reads them,
-    # "randomized positions help") are not in it: they would double it (the results say by how much); --full
-    # trains them. Decided before the run, from the 12000-step probe.
+    # models, 127 CPU-min of training at the probe's cost, over an hour on 2 cores with the checks and the
+    # evaluation. The randomized-id cells (the one claim that reads them, "randomized positions help") are not
+    # in it: they would nearly double it (the results say by how much); --full trains them. Decided before the
+    # run, from the 12000-step probe: the fewest cells that keep the other three claims whole.
     "default": dict(L=32, layers=4, budget=DEFAULT_BUDGET, every=100, seeds=(0, 1, 2), samples=256,
                     tasks=("reverse",), randomized=()),
     "full": dict(L=32, layers=4, budget=budget(12000), every=100, seeds=(0, 1, 2, 3, 4), samples=512, tasks=TASKS),
     # eval.py --experiment encodings --probe: one seed of every cell of the default's task, at L only, each
     # trained its whole budget (its checks at L are the curve a budget is planned from); the default is planned
-    # from it. 12000 steps, three times the 4000 at whose end ALiBi, T5, KERPLE and FIRE were still rising in
+    # from it. 12000 steps, three times the 4000 at whose end ALiBi, T5 and KERPLE were still rising in
     # range (the probe of 4000 steps, issue 51): long enough to see where each cell's curve flattens.
     "probe": dict(L=32, layers=4, budget=budget(12000), every=100, seeds=(0,), tasks=("reverse",)),
 }
@@ -265,7 +266,7 @@ def claims(accuracy: dict, steps: dict, tasks_: list[str]) -> tuple[dict, str]:
                      fitted={k: bool(g["tasks"]) for k, g in family.items()})
     family = {k: {**g, **decided[k]} for k, g in family.items()}
     out = {"randomized positions help": {"verdict": LEFT_OUT, "tasks": [], "measured": "no model with randomized "
-                                         "ids in this preset (how the grid was chosen says why)"}}
+                                         "ids in this preset (`--full` trains them)"}}
     if randomized:
         at_L = gain(accuracy, steps, pairs, at=lambda a: a[0])  # where nothing is extrapolated
         each = {e: gain(accuracy, steps, [(t, label(e, "randomized"), e) for t in tasks_]) for e in randomized}

@@ -149,7 +149,8 @@ def randomized_left_out(probe: dict, setup: dict) -> str:
     if setup.get("randomized", True):
         return ""
     every = {**setup, "randomized": [e for e in ENCODINGS if e != "nope"]}
-    more = [(t, label(e, p)) for t, e, p in planned(every, probe) if p == "randomized"]
+    # every cell that plan adds: the randomized ones, and any contiguous one whose only partner is its twin
+    more = [(t, label(e, p)) for t, e, p in sorted(set(planned(every, probe)) - set(planned(setup, probe)))]
     minutes = predicted_cpu_s(probe, more, len(setup["seeds"]), setup["budget"]) / 60
     return (f" {LEFT_OUT.capitalize()}: the cells with randomized ids, which only the claim \"randomized positions "
             f"help\" reads; planned from the same probe they would add {len(more)} cells, {len(more) * len(setup['seeds'])} "

@@ -76,8 +76,8 @@ def arms(methods: list[str], seeds: int) -> list[str]:
 # and sqrt(2) x that, 0.078, for the difference of two arms' seeds. stats.units_needed: 11. A lower bound:
 # the pilot's two seeds sat near the ceiling at 512 tokens, and at the longest length, where exact match is
 # mid-range, 64 prompts alone spread a pair's difference by up to about 0.09 (at sd 0.10, 16 seeds; at 0.125,
-# 24); the CPU default's seeds, measured there, will say. The CPU default will afford 3 (stats.MIN_UNITS) when
-# it adopts QA3, which detect only a gain of about 0.44 (stats.detectable), and it says so.
+# 24); the CPU default's seeds, measured there, will say. The CPU default affords 3 (stats.MIN_UNITS), which
+# detect only a gain of about 0.44 (stats.detectable), and its results say so.
 PAPER_R_GAIN, PILOT_SD = 0.09, 0.078
 QA3 = dict(train_len=512, steps=900, fit_bar=0.8, batch=1, facts=3, lora=None, lr=5e-5, warmup=10, bf16=True,
            fit_every=300, fit_prompts=64, fit_stop=False, range=64.0,
@@ -90,8 +90,9 @@ PRESETS = {
     # only a gain of about 0.44 in exact match at the pilot's spread (a large effect or nothing; the results say
     # what each verdict could detect). Prompts at the fine-tuning length (32), inside the native context (4096:
     # 8) and past it (12288, 1.5x the 8192: 12, the primary length). About 4.5 h on 2 cores, decided before the
-    # run: 9 fine-tunes of 44 CPU-min (the probe's) and 14 models scored, about 10 CPU-min each (bfloat16, one
-    # thread: 10.3 s a prompt at 4096, 24.0 s at 8192, so about 40 s at 12288). It resumes across invocations.
+    # run: 9 fine-tunes of 43 CPU-min (the probe's 2.89 s a step) and 14 models scored, about 10 CPU-min each
+    # (an estimate from bfloat16 prompts timed by hand on one thread, 10.3 s at 4096 and 24.0 s at 8192 tokens,
+    # extrapolated to about 40 s at 12288). It resumes across invocations.
     "default": {**QA3, "methods": arms(["ft", "yarn", "ryarn", "ft+yarn", "base", "base+yarn"], 3),
                 "samples": {512: 32, 4096: 8, 12288: 12}},
     # the GPU's decisive design (python eval.py --experiment gpu --dry-run prints it, its runs, time and memory):
@@ -154,9 +155,10 @@ def run_name(method: str) -> tuple[str, str]:
 
 
 def fine_tune_argv(method: str, setup: dict, root: str, args) -> list[str]:
-    """A method's train.py --llm command. A preset may set its own recipe (the probe: facts, lora None for a full
-    fine-tune, lr, warmup, bf16, fit_every, fit_prompts, fit_stop); the others use the module's (qa1, LoRA
-    LORA at LR, one fit check at the last step, on finetune's default prompts, stopping there)."""
+    """A method's train.py --llm command. A preset may set its own recipe (QA3's and the probe's: facts, lora
+    None for a full fine-tune, lr, warmup, bf16, fit_every, fit_prompts, fit_stop); the others (--quick, and
+    the qa1 design recorded before) use the module's: qa1, LoRA LORA at LR, one fit check at the last step, on
+    finetune's default prompts, stopping there."""
     name, seed = run_name(method)
     lora = setup.get("lora", LORA)
     argv = ["--llm", "smollm2", "--method", name.removesuffix("-nocurr"), "--seed", seed,

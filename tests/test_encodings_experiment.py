@@ -245,7 +245,7 @@ def test_a_grid_without_randomized_ids_leaves_their_claim_out_of_its_family():
     grid was chosen says what its cells would add, planned from the same probe. Bugs caught: the claim read as
     undecided (models did not fit), as if its models had failed; the family still adjusted for it; the cost of
     the cells left out counted at the wrong budget or seeds."""
-    setup = {**exp.PRESETS["default"], "tasks": ("copy", "reverse")}
+    setup = {**exp.PRESETS["default"], "tasks": ("copy", "reverse"), "budget": exp.budget(6000)}
     assert exp.variants(setup) == [(e, "contiguous") for e in exp.ENCODINGS]
     accuracy, steps, tasks_ = synthetic(lambda v, seed: {"nope": 0.9, "xpos": 0.3}.get(v, 0.4) + 0.01 * seed)
     keep = set(exp.rows(setup))
@@ -262,8 +262,9 @@ def test_a_grid_without_randomized_ids_leaves_their_claim_out_of_its_family():
     probe = {"fits": {"copy": fit, "reverse": fit}, "runtime": {"cpu_s": 100.0}, "steps_trained": 1000}
     assert [p for _, _, p in exp.planned(setup, probe)] == ["contiguous"] * 16  # 8 of 9 a task: sinusoidal unfit
     text = report.randomized_left_out(probe, setup)
-    # the 8 randomized cells but sinusoidal + rand (its partner unfit), 2 tasks, 3 seeds, 12000 steps, 0.1 s a step
-    assert "would add 14 cells, 42 models, about 840 CPU-min" in text, text
+    # the 8 randomized cells but sinusoidal + rand (its partner unfit), 2 tasks, 3 seeds, 6000 steps, 0.1 s a step
+    assert "would add 14 cells, 42 models, about 420 CPU-min" in text, text
+    assert "| randomized positions help | none | not in this preset |" in report.summary({"claims": claims})
     assert report.randomized_left_out(probe, exp.PRESETS["full"]) == ""
 
 
