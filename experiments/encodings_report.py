@@ -109,8 +109,8 @@ def choice(data: dict) -> list[str]:
     unfit = {t: [row for row in r if not fitted(fits[t][row])] for t, r in left.items()}
     unused = {t: [row for row in r if row not in unfit[t]] for t, r in left.items()}
     steps, budgeted = setup.get("budget"), "budget" in setup  # before issue 51: a cap, models stopped at the bar
-    hours = sum(map(len, unfit.values())) * len(full["seeds"]) * max(full["budget"].values()) * cpu_per_step(probe) \
-        / 3600
+    minutes = sum(map(len, unfit.values())) * len(full["seeds"]) * max(full["budget"].values()) \
+        * cpu_per_step(probe) / 60
     ran = [(t, row) for t, by_row in data["accuracy"].items() for row, per_seed in by_row.items() if per_seed]
     predicted = predicted_cpu_s(probe, ran, len(setup["seeds"]), steps) / 60
     every = {**setup, "tasks": list(fits), "seeds": full["seeds"]}  # every task the probe measured, 5 seeds
@@ -137,7 +137,7 @@ def choice(data: dict) -> list[str]:
                f"leaves out the tasks where they are one of its cells, and says {UNFIT} when no task is left. "
                f"Training them as `--full` does ({len(full['seeds'])} seeds to {max(full['budget'].values())} steps) "
                "would take up "
-               f"to {hours:.0f} CPU-hours at the probe's cost per step; whether they would fit then, the probe "
+               f"to {minutes:.0f} CPU-min at the probe's cost per step; whether they would fit then, the probe "
                "cannot say (its table shows how far each got)." if any(unfit.values()) else "")
             + (f" Not run, because every cell they would be compared with did not fit: {named(unused)}."
                if any(unused.values()) else "") + randomized_left_out(probe, setup), ""]
