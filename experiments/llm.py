@@ -12,7 +12,9 @@ answer. The last two see a model getting closer long before its greedy answer tu
 apart with a dozen prompts where exact match cannot. Each prompt's score is kept in
 runs/llm-PRESET/METHOD/scores.jsonl as soon as it exists (hf.ScoreCache), keyed by a fingerprint of the model
 it measured, and a method's whole scores in eval.json once all are there: an interrupted run, started again,
-reuses the fine-tunes it finished and scores only the prompts still missing.
+reuses the fine-tunes it finished and scores only the prompts still missing. A fine-tune and every reading of
+its model (ft, then ft+yarn) are one job; once they are scored its weights may go, and the scores still stand
+(fine-tune.json records the model they measured), so a run can go on elsewhere from its folder's small files.
 
 Read top to bottom: the presets, one method's run, the comparisons with their thresholds, run(). The results
 file, its figure and the README and docs tables are written by experiments/llm_report.py.
@@ -197,7 +199,7 @@ def fine_tune(method: str, setup: dict, root: str, args) -> None:
 def run_method(method: str, setup: dict, root: str, args) -> dict:
     """Fine-tune (unless a base model, or fine-tuned already), then score every prompt at every length, each
     score kept in scores.jsonl as soon as it exists. ft+yarn fine-tunes nothing: it reads ft's model (run()
-    fine-tunes it first) with YaRN at inference. Returns the rows, the training log's loss at the start and the
+    fine-tunes it first, or again where its weights were deleted) with YaRN at inference. Returns the rows, the training log's loss at the start and the
     end, the fit record (fit.json) and the minutes it took."""
     began = time.perf_counter()
     loss = fit = None
@@ -205,8 +207,7 @@ def run_method(method: str, setup: dict, root: str, args) -> dict:
     if method.startswith("base"):
         model, tokenizer, _ = hf.load_for_eval("smollm2", args.device, scaling, FACTOR)
     else:
-        if source(method) == method:
-            fine_tune(method, setup, root, args)
+        fine_tune(source(method), setup, root, args)  # for ft+yarn, ft's: trained again if its weights went
         loss = loss_ends(training_log(source(method), root))
         fit = read_fit(os.path.join(root, source(method)))
         model, tokenizer, _ = hf.load_for_eval(os.path.join(root, source(method)), args.device, scaling, FACTOR)
@@ -262,25 +263,54 @@ def scoring_plan(method: str, setup: dict, root: str, args) -> dict:
 
 def cached(method: str, setup: dict, root: str, args) -> dict | None:
     """A method's saved scores, when they measured the model its run folder holds now, on this plan
-    (scoring_plan: the same prompts, options, dtype, factor and fine-tuning command)."""
+    (scoring_plan: the same prompts, options, dtype, factor and fine-tuning command). A finished fine-tune's
+    weights may be deleted (each of QA3's is half a gigabyte): its scores still stand when fine-tune.json
+    records that the folder saved the very model they measured, by the command in their plan."""
     try:
         with open(os.path.join(root, method, "eval.json")) as f:
             result = json.load(f)
     except (OSError, ValueError):
         return None
-    same = result.get("model") == fingerprint(method, root) and \
-        result.get("plan") == json.loads(json.dumps(scoring_plan(method, setup, root, args)))
-    return result if same else None
+    if result.get("plan") != json.loads(json.dumps(scoring_plan(method, setup, root, args))):
+        return None
+    model = fingerprint(method, root)
+    if model == "missing" and not method.startswith("base"):
+        model = recorded_model(source(method), root)
+    return result if result.get("model") == model else None
 
 
-def method_worker(job) -> dict:
-    """run_method in this process or a worker: its result is saved in runs/ as soon as it exists, with the
-    fingerprint of the model it measured and the prompts it used (a rerun reuses it only for that model)."""
-    method, setup, root, args = job
-    result = run_method(method, setup, root, args)
-    result.update(model=fingerprint(method, root), plan=scoring_plan(method, setup, root, args))
-    save_atomic(os.path.join(root, method, "eval.json"), lambda f: f.write(json.dumps(result, indent=1).encode()))
-    return result
+def recorded_model(method: str, root: str) -> str | None:
+    """The fingerprint fine-tune.json records of the model a fine-tune's folder last saved, whether or not its
+    weights are still there (the command that saved it is in each score's plan)."""
+    try:
+        with open(os.path.join(root, method, "fine-tune.json")) as f:
+            return json.load(f).get("model")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def model_jobs(methods: list[str]) -> list[list[str]]:
+    """The methods as jobs, one per model folder: a fine-tune, then every method that reads its model (ft,
+    ft+yarn), so that no two workers touch one folder and all of a model's readings are scored while its
+    weights are there; the fine-tunes first (they take longest), the pretrained model's readings last."""
+    jobs: dict[str, list[str]] = {}
+    for method in sorted(methods, key=lambda m: (m.startswith("base"), source(m) != m)):
+        jobs.setdefault(source(method), []).append(method)
+    return list(jobs.values())
+
+
+def method_worker(job) -> list[dict]:
+    """run_method for each method of a job (model_jobs), in this process or a worker: each result is saved in
+    runs/ as soon as it exists, with the fingerprint of the model it measured and the prompts it used (a rerun
+    reuses it only for that model)."""
+    methods, setup, root, args = job
+    results = []
+    for method in methods:
+        result = run_method(method, setup, root, args)
+        result.update(model=fingerprint(method, root), plan=scoring_plan(method, setup, root, args))
+        save_atomic(os.path.join(root, method, "eval.json"), lambda f: f.write(json.dumps(result, indent=1).encode()))
+        results.append(result)
+    return results
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -427,18 +457,17 @@ def run(args) -> dict:
     if preset == "probe":
         return run_probe(args, setup, root)
     context = hf.rope_geometry(hf.load_llm("smollm2")[0])[2]  # the model's own context, 8192 for SmolLM2
-    results, start = {}, time.perf_counter()
-    for method in setup["methods"]:
-        if (result := cached(method, setup, root, args)) is not None:
-            results[method] = result
-    # the fine-tunes first: they take longest, and whether they fit is what the run must learn first; then the
-    # models read with YaRN at inference from a fine-tune (ft+yarn), once that fine-tune exists
-    todo = sorted((m for m in setup["methods"] if m not in results), key=lambda m: m.startswith("base"))
-    for wave in ([m for m in todo if source(m) == m], [m for m in todo if source(m) != m]):
-        # methods are independent: with --jobs N each worker process runs whole methods, one torch thread each
-        for method, result in zip(wave, map_jobs(method_worker, [(m, setup, root, args) for m in wave], args.jobs,
-                                                 args.threads or 1)):
-            results[method] = result
+    start = time.perf_counter()
+    # Twice: a reading of a fine-tune whose weights were deleted (ft+yarn) trains it again, and should that give
+    # other weights (training repeats itself bit for bit on one machine, not on every machine), the fine-tune's
+    # own scores no longer measure the model its folder holds: the second pass scores it again.
+    for _ in range(2):
+        results = {m: r for m in setup["methods"] if (r := cached(m, setup, root, args)) is not None}
+        # models are independent: with --jobs N each worker runs whole jobs (model_jobs), one torch thread each
+        jobs = model_jobs([m for m in setup["methods"] if m not in results])
+        for job, done in zip(jobs, map_jobs(method_worker, [(j, setup, root, args) for j in jobs], args.jobs,
+                                            args.threads or 1)):
+            results.update(zip(job, done))
     results = {m: results[m] for m in setup["methods"]}
     data = {"command": command_line(args), "scale": preset, "settings": setup, "factor": FACTOR, "context": context,
             "machine": f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads" if args.device == "cpu"

@@ -423,6 +423,35 @@ def test_llm_scores_are_reused_only_for_the_model_and_plan_they_measured(tmp_pat
     assert llm.cached("ft", setup, root, args) is None
 
 
+def test_a_finished_fine_tunes_scores_stand_without_its_weights_when_its_record_says_it_made_them(tmp_path):
+    """A finished method's weights may be deleted (QA3's are half a gigabyte each): its eval.json is reused when
+    fine-tune.json records this very command saving the model those scores measured, and only then. Bugs
+    caught (each planted, watched failing): scores reused with no record, or with a record of another model
+    (trained again since, then deleted); and not (the plan) once the fine-tune's recipe has changed."""
+    from experiments import llm
+
+    setup, args, root = {**llm.PRESETS["quick"], "samples": {512: 2}}, types.SimpleNamespace(device="cpu", threads=1), \
+        str(tmp_path)
+    (tmp_path / "ft" / "model").mkdir(parents=True)
+    (tmp_path / "ft" / "config.json").write_text('{"method": "ft"}')
+    (tmp_path / "ft" / "model" / "model.safetensors").write_bytes(b"weights one")
+    made = llm.fingerprint("ft", root)
+    for method in ("ft", "ft+yarn"):
+        os.makedirs(tmp_path / method, exist_ok=True)
+        scores = {"rows": [], "model": made, "plan": llm.scoring_plan(method, setup, root, args)}
+        (tmp_path / method / "eval.json").write_text(json.dumps(scores))
+    (tmp_path / "ft" / "model" / "model.safetensors").unlink()
+    (tmp_path / "ft" / "model").rmdir()
+    assert llm.fingerprint("ft", root) == "missing" and llm.cached("ft", setup, root, args) is None
+    record = {"argv": llm.fine_tune_argv("ft", setup, root, args), "model": made}
+    (tmp_path / "ft" / "fine-tune.json").write_text(json.dumps(record))
+    assert llm.cached("ft", setup, root, args)["model"] == llm.cached("ft+yarn", setup, root, args)["model"] == made
+    for other in ({"steps": 3}, {"lr": 1e-4}):  # the recipe changed since
+        assert llm.cached("ft", {**setup, **other}, root, args) is None, other
+    (tmp_path / "ft" / "fine-tune.json").write_text(json.dumps({**record, "model": "another"}))
+    assert llm.cached("ft", setup, root, args) is None and llm.cached("ft+yarn", setup, root, args) is None
+
+
 @pytest.mark.parametrize("batch, accum", [(1, 2), (2, 3)])
 def test_each_rank_trains_its_share_of_the_one_process_order(tiny_llm, batch, accum):
     """Bug caught (#24 item 20): which samples and positions a torchrun rank trains was checked only by the slow
@@ -795,6 +824,20 @@ def test_the_llm_probe_trains_every_step_of_each_seed_and_says_whether_all_fit(t
     assert finetune.FIT_PROMPTS == 32  # the default's count is untouched by the probe's
 
 
+def quick_experiment(tiny_llm, tmp_path, monkeypatch, methods, samples) -> list:
+    """eval.py --experiment llm --quick made to run on the tiny model in tmp_path, with these methods and
+    prompts: the train.py argv of every fine-tune it runs, in order, is appended to the list returned."""
+    from experiments import llm
+    monkeypatch.chdir(tmp_path)
+    argv = llm.fine_tune_argv
+    monkeypatch.setattr(llm, "fine_tune_argv", lambda *a: [tiny_llm if x == "smollm2" else x for x in argv(*a)])
+    monkeypatch.setattr(hf, "smollm2_gguf", lambda: tiny_llm)
+    monkeypatch.setitem(llm.PRESETS, "quick", {**llm.PRESETS["quick"], "methods": methods, "samples": samples})
+    trainings, run = [], train.run
+    monkeypatch.setattr(train, "run", lambda argv: trainings.append(argv) or run(argv))
+    return trainings
+
+
 def test_ft_plus_yarn_reads_fts_own_model_with_yarn_once_ft_is_trained(tiny_llm, tmp_path, monkeypatch):
     """The arm that tells training with YaRN from reading with it (issue 50): ft+yarn fine-tunes nothing; it
     scores ft's very model, read with YaRN x4 at inference, after ft is trained, even when listed first. Bugs
@@ -802,14 +845,7 @@ def test_ft_plus_yarn_reads_fts_own_model_with_yarn_once_ft_is_trained(tiny_llm,
     without YaRN (its scores ft's), or scored before ft exists (a missing log.jsonl); and its scores keyed by
     ft's rotation (hf.rope_digest, part of each score's key)."""
     from experiments import llm
-    monkeypatch.chdir(tmp_path)
-    argv = llm.fine_tune_argv
-    monkeypatch.setattr(llm, "fine_tune_argv", lambda *a: [tiny_llm if x == "smollm2" else x for x in argv(*a)])
-    monkeypatch.setattr(hf, "smollm2_gguf", lambda: tiny_llm)
-    monkeypatch.setitem(llm.PRESETS, "quick", {**llm.PRESETS["quick"], "methods": ["ft+yarn", "ft"],
-                                               "samples": {256: 3}})
-    trainings, run = [], train.run
-    monkeypatch.setattr(train, "run", lambda argv: trainings.append(argv) or run(argv))
+    trainings = quick_experiment(tiny_llm, tmp_path, monkeypatch, ["ft+yarn", "ft"], {256: 3})
     assert lengen_eval.main(["--experiment", "llm", "--quick", "--threads", "1", "--out-dir", "out"]) == 0
     assert len(trainings) == 1 and "runs/llm-quick/ft" in " ".join(trainings[0])
     assert not os.path.exists(tmp_path / "runs" / "llm-quick" / "ft+yarn" / "model")
@@ -823,6 +859,51 @@ def test_ft_plus_yarn_reads_fts_own_model_with_yarn_once_ft_is_trained(tiny_llm,
     assert len(keys[0]) == len(keys[1]) == 3 and not keys[0] & keys[1]
     monkeypatch.setitem(llm.PRESETS, "quick", {**llm.PRESETS["quick"], "methods": ["ft+yarn-s1"]})
     assert lengen_eval.main(["--experiment", "llm", "--quick", "--threads", "1", "--out-dir", "other"]) == 2
+
+
+def test_a_fine_tune_is_one_job_with_every_reading_of_it_and_trained_again_only_for_a_reading_still_missing(
+        tiny_llm, tmp_path, monkeypatch):
+    """model_jobs: ft and ft+yarn (of one seed) are one job, ft first, so no two workers touch one folder and
+    ft+yarn is scored while ft's weights are there; base and base+yarn last. With ft's weights deleted once both
+    are scored, a rerun trains and scores nothing; with ft+yarn's scores gone too, it trains ft again (for
+    ft+yarn alone) and reuses ft's. Bugs caught (each planted, watched failing): ft+yarn scored after every
+    fine-tune (its model trained a second time when a run spans machines), ft+yarn loading a model that is not
+    there (a traceback), ft scored again though its scores stand; and, ft trained again into other weights, ft's
+    old scores kept beside ft+yarn's of the new model (the second pass of run())."""
+    import finetune
+    from experiments import llm
+    assert llm.model_jobs(["base", "ft+yarn-s1", "ft", "yarn", "ft-s1", "ft+yarn", "base+yarn"]) == \
+        [["ft", "ft+yarn"], ["yarn"], ["ft-s1", "ft+yarn-s1"], ["base"], ["base+yarn"]]
+    run = train.run  # the real one, which `elsewhere` below wraps
+    trainings = quick_experiment(tiny_llm, tmp_path, monkeypatch, ["ft", "ft+yarn"], {256: 2})
+    monkeypatch.setattr(finetune, "FIT_PROMPTS", 3)  # the fit check's prompts, scored by each fine-tune
+    command = ["--experiment", "llm", "--quick", "--threads", "1", "--out-dir", "out", "--force"]
+    assert lengen_eval.main(command) == 0 and len(trainings) == 1
+    first = json.loads((tmp_path / "out" / "llm.json").read_text())["results"]
+    folder = tmp_path / "runs" / "llm-quick"
+    for f in (folder / "ft" / "model").iterdir():
+        f.unlink()
+    (folder / "ft" / "model").rmdir()
+    calls = counted(monkeypatch)
+    assert lengen_eval.main(command) == 0 and len(trainings) == 1 and calls == []
+    os.remove(folder / "ft+yarn" / "eval.json")
+    os.remove(folder / "ft+yarn" / "scores.jsonl")
+    assert lengen_eval.main(command) == 0 and len(trainings) == 2 and len(calls) == 3 + 2  # fit, ft+yarn
+    again = json.loads((tmp_path / "out" / "llm.json").read_text())["results"]
+    assert again["ft"] == first["ft"] and again["ft+yarn"]["rows"][0]["prompts"] == first["ft+yarn"]["rows"][0]["prompts"]
+    # trained again into other weights (as on another machine): ft's scores no longer measure its folder's model
+    def elsewhere(argv):
+        trainings.append(argv)
+        run(argv)
+        (folder / "ft" / "model" / "other.txt").write_text("another machine")
+    monkeypatch.setattr(train, "run", elsewhere)
+    for f in [*(folder / "ft" / "model").iterdir(), folder / "ft+yarn" / "eval.json"]:
+        f.unlink()
+    (folder / "ft" / "model").rmdir()
+    calls = counted(monkeypatch)
+    assert lengen_eval.main(command) == 0 and len(trainings) == 3 and len(calls) == 3 + 2 + 2  # fit, ft+yarn, ft
+    again = json.loads((tmp_path / "out" / "llm.json").read_text())["results"]
+    assert again["ft"]["model"] == again["ft+yarn"]["model"] != first["ft"]["model"]
 
 
 def test_ryarn_draws_positions_from_the_range_its_preset_names():
