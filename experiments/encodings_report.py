@@ -195,8 +195,9 @@ def markdown(data: dict) -> str:
            f"Every model: {setup.get('layers', 2)} layers, 2 heads, dim 64, batches of 32 sequences at lengths "
            f"{L // 2}..{L}, AdamW 1e-3 " + training_text(setup) + f" Evaluated on {setup['samples']} test sequences at "
            f"{', '.join(str(m * L) for m in MULTIPLES)} tokens, the same for every model; seeds "
-           f"{', '.join(map(str, setup['seeds']))}. '+ rand' (Ruoss et al.'s protocol): in training and at "
+           f"{', '.join(map(str, setup['seeds']))}. " + (f"'+ rand' (Ruoss et al.'s protocol): in training and at "
            f"evaluation, position ids are a sorted random draw from [0, {8 * L}); the others use contiguous ids. "
+           if setup.get("randomized", True) else "Position ids are contiguous. ")
            + (f"ALiBi takes the paper's {data['alibi_slope_heads']}-head slopes, evenly spaced over its 2 heads (1/2, "
               "1/32; the rule for 2 heads, 1/16 and 1/256, is nearly flat over 32 tokens); T5's bias, KERPLE, FIRE "
               "and xPos take their papers' defaults (pinned by tests/test_paper_defaults.py). "
@@ -317,7 +318,8 @@ def figure(data: dict):
             over_training_panels(axes[1], data, tasks_, labels)
         fig.suptitle(f"Every encoding on every task, trained at {L // 2}-{L} tokens "
                      + (f"for {budget_text(setup)}" if budgeted else "until it fits") + " (mean over "
-                     f"{len(setup['seeds'])} seed(s); † did not count; '+ rand': randomized positions)", fontsize=10)
+                     f"{len(setup['seeds'])} seed(s); † did not count"
+                     + ("; '+ rand': randomized positions)" if setup.get("randomized", True) else ")"), fontsize=10)
         fig.tight_layout()
         return fig
 

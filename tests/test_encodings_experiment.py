@@ -266,6 +266,10 @@ def test_a_grid_without_randomized_ids_leaves_their_claim_out_of_its_family():
     assert "would add 14 cells, 42 models, about 420 CPU-min" in text, text
     assert "| randomized positions help | none | not in this preset |" in report.summary({"claims": claims})
     assert report.randomized_left_out(probe, exp.PRESETS["full"]) == ""
+    recorded = json.loads(open(os.path.join(os.path.dirname(__file__), "..", "results", "encodings.json")).read())
+    if not recorded["settings"].get("randomized", True):  # its models' ids are contiguous (the probe's table has both)
+        page = report.markdown(recorded)
+        assert "Position ids are contiguous." in page and "'+ rand' (Ruoss" not in page
 
 
 def test_the_default_trains_only_the_cells_its_probe_saw_fit(tmp_path, monkeypatch, capsys):
