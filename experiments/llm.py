@@ -289,12 +289,13 @@ def recorded_model(method: str, root: str) -> str | None:
         return None
 
 
-def model_jobs(methods: list[str]) -> list[list[str]]:
-    """The methods as jobs, one per model folder: a fine-tune, then every method that reads its model (ft,
-    ft+yarn), so that no two workers touch one folder and all of a model's readings are scored while its
-    weights are there; the fine-tunes first (they take longest), the pretrained model's readings last."""
+def model_jobs(methods: list[str], order: list[str]) -> list[list[str]]:
+    """The methods to run as jobs, one per model folder: a fine-tune, then every method that reads its model
+    (ft, ft+yarn), so that no two workers touch one folder and all of a model's readings are scored while its
+    weights are there. The jobs in `order` (the preset's) of the model they read, so that what is left of a
+    fine-tune trained already (its ft+yarn) comes before any new one; the pretrained model's readings last."""
     jobs: dict[str, list[str]] = {}
-    for method in sorted(methods, key=lambda m: (m.startswith("base"), source(m) != m)):
+    for method in sorted(methods, key=lambda m: (source(m).startswith("base"), order.index(source(m)), source(m) != m)):
         jobs.setdefault(source(method), []).append(method)
     return list(jobs.values())
 
@@ -464,7 +465,7 @@ def run(args) -> dict:
     for _ in range(2):
         results = {m: r for m in setup["methods"] if (r := cached(m, setup, root, args)) is not None}
         # models are independent: with --jobs N each worker runs whole jobs (model_jobs), one torch thread each
-        jobs = model_jobs([m for m in setup["methods"] if m not in results])
+        jobs = model_jobs([m for m in setup["methods"] if m not in results], setup["methods"])
         for job, done in zip(jobs, map_jobs(method_worker, [(j, setup, root, args) for j in jobs], args.jobs,
                                             args.threads or 1)):
             results.update(zip(job, done))

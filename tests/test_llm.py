@@ -864,7 +864,8 @@ def test_ft_plus_yarn_reads_fts_own_model_with_yarn_once_ft_is_trained(tiny_llm,
 def test_a_fine_tune_is_one_job_with_every_reading_of_it_and_trained_again_only_for_a_reading_still_missing(
         tiny_llm, tmp_path, monkeypatch):
     """model_jobs: ft and ft+yarn (of one seed) are one job, ft first, so no two workers touch one folder and
-    ft+yarn is scored while ft's weights are there; base and base+yarn last. With ft's weights deleted once both
+    ft+yarn is scored while ft's weights are there; jobs in the preset's order of their model, base and
+    base+yarn last, so the ft+yarn of a finished ft comes before new fine-tunes. With ft's weights deleted once both
     are scored, a rerun trains and scores nothing; with ft+yarn's scores gone too, it trains ft again (for
     ft+yarn alone) and reuses ft's. Bugs caught (each planted, watched failing): ft+yarn scored after every
     fine-tune (its model trained a second time when a run spans machines), ft+yarn loading a model that is not
@@ -872,8 +873,12 @@ def test_a_fine_tune_is_one_job_with_every_reading_of_it_and_trained_again_only_
     old scores kept beside ft+yarn's of the new model (the second pass of run())."""
     import finetune
     from experiments import llm
-    assert llm.model_jobs(["base", "ft+yarn-s1", "ft", "yarn", "ft-s1", "ft+yarn", "base+yarn"]) == \
-        [["ft", "ft+yarn"], ["yarn"], ["ft-s1", "ft+yarn-s1"], ["base"], ["base+yarn"]]
+    preset = ["base", "base+yarn", "ft", "ft-s1", "yarn", "ft+yarn", "ft+yarn-s1"]
+    assert llm.model_jobs(["base", "ft+yarn-s1", "ft", "yarn", "ft-s1", "ft+yarn", "base+yarn"], preset) == \
+        [["ft", "ft+yarn"], ["ft-s1", "ft+yarn-s1"], ["yarn"], ["base"], ["base+yarn"]]
+    # ft trained and scored already: its ft+yarn first, while ft's weights are there, not after every new fine-tune
+    assert llm.model_jobs(["yarn", "ft+yarn", "ft+yarn-s1", "base"], preset) == \
+        [["ft+yarn"], ["ft+yarn-s1"], ["yarn"], ["base"]]
     run = train.run  # the real one, which `elsewhere` below wraps
     trainings = quick_experiment(tiny_llm, tmp_path, monkeypatch, ["ft", "ft+yarn"], {256: 2})
     monkeypatch.setattr(finetune, "FIT_PROMPTS", 3)  # the fit check's prompts, scored by each fine-tune
