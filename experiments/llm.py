@@ -179,18 +179,43 @@ def fine_tune_argv(method: str, setup: dict, root: str, args) -> list[str]:
     return argv + (["--threads", str(args.threads)] if args.threads else [])
 
 
+# How a fine-tune was run, not what it trained: a record made with other values still stands (the model's
+# fingerprint pins what was trained), so that a run can go on with another --device or --threads.
+HOW_RUN = {"--device": 1, "--threads": 1, "--quiet": 0, "--force": 0}  # each flag: how many values follow it
+
+
+def recipe(argv: list[str]) -> list[str]:
+    """A fine-tune's command line without the flags of HOW_RUN and their values."""
+    kept, skip = [], 0
+    for x in argv:
+        if skip:
+            skip -= 1
+        elif x in HOW_RUN:
+            skip = HOW_RUN[x]
+        else:
+            kept.append(x)
+    return kept
+
+
+def recorded_model(method: str, root: str, argv: list[str]) -> str | None:
+    """The fingerprint of the model a fine-tune's folder records saving by this recipe (fine-tune.json: the
+    command line and the model it saved), whether or not its weights are still there; else None."""
+    try:
+        with open(os.path.join(root, method, "fine-tune.json")) as f:
+            record = json.load(f)
+        return record["model"] if recipe(record["argv"]) == recipe(argv) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def fine_tune(method: str, setup: dict, root: str, args) -> None:
-    """train.py --llm for a method, unless its run folder holds the model this very command saved (fine-tune.json:
-    the command line and the fingerprint of the model it saved), as when an interrupted experiment is started
-    again: then that model, whose prompts already scored are in its scores.jsonl."""
+    """train.py --llm for a method, unless its run folder holds the model this recipe saved (fine-tune.json), as
+    when an interrupted experiment is started again: then that model, whose prompts already scored are in its
+    scores.jsonl."""
     argv = fine_tune_argv(method, setup, root, args)
     record = os.path.join(root, method, "fine-tune.json")
-    try:
-        with open(record) as f:
-            if json.load(f) == {"argv": argv, "model": fingerprint(method, root)}:
-                return
-    except (OSError, ValueError):
-        pass
+    if recorded_model(method, root, argv) == fingerprint(method, root) != "missing":
+        return
     train.run(argv)
     made = json.dumps({"argv": argv, "model": fingerprint(method, root)}).encode()
     save_atomic(record, lambda f: f.write(made))
@@ -198,9 +223,9 @@ def fine_tune(method: str, setup: dict, root: str, args) -> None:
 
 def run_method(method: str, setup: dict, root: str, args) -> dict:
     """Fine-tune (unless a base model, or fine-tuned already), then score every prompt at every length, each
-    score kept in scores.jsonl as soon as it exists. ft+yarn fine-tunes nothing: it reads ft's model (run()
-    fine-tunes it first, or again where its weights were deleted) with YaRN at inference. Returns the rows, the training log's loss at the start and the
-    end, the fit record (fit.json) and the minutes it took."""
+    score kept in scores.jsonl as soon as it exists. ft+yarn trains no model of its own: it reads ft's with YaRN
+    at inference, trained here first if ft's folder lacks the model its fine-tune.json names. Returns the rows,
+    the training log's loss at the start and the end, the fit record (fit.json) and the minutes it took."""
     began = time.perf_counter()
     loss = fit = None
     scaling = "yarn" if reads_with_yarn(method) else None
@@ -242,9 +267,11 @@ def loss_ends(log: list[dict]) -> dict:
 
 def fingerprint(method: str, root: str) -> str:
     """hf.fingerprint of exactly what a method's scores measured: the GGUF file for a base model, the run's
-    config.json and every file of its saved model for a fine-tune (ft+yarn: ft's); "missing" when it is not
-    there. (Scores also key on the rotation they were read with: hf.ScoreCache.)"""
-    if not method.startswith("base") and not os.path.isdir(os.path.join(root, source(method), "model")):
+    config.json and every file of its saved model for a fine-tune (ft+yarn: ft's); "missing" when its weights
+    are not there. (Scores also key on the rotation they were read with: hf.ScoreCache.)"""
+    folder = os.path.join(root, source(method), "model")
+    if not method.startswith("base") and not (os.path.isdir(folder) and any(
+            f.endswith((".safetensors", ".bin")) for f in os.listdir(folder))):
         return "missing"
     try:
         return hf.fingerprint("smollm2" if method.startswith("base") else os.path.join(root, source(method)))
@@ -263,39 +290,37 @@ def scoring_plan(method: str, setup: dict, root: str, args) -> dict:
 
 def cached(method: str, setup: dict, root: str, args) -> dict | None:
     """A method's saved scores, when they measured the model its run folder holds now, on this plan
-    (scoring_plan: the same prompts, options, dtype, factor and fine-tuning command). A finished fine-tune's
+    (scoring_plan: the same prompts, options, dtype, factor and fine-tuning recipe). A finished fine-tune's
     weights may be deleted (each of QA3's is half a gigabyte): its scores still stand when fine-tune.json
-    records that the folder saved the very model they measured, by the command in their plan."""
+    records this recipe saving the very model they measured."""
     try:
         with open(os.path.join(root, method, "eval.json")) as f:
             result = json.load(f)
     except (OSError, ValueError):
         return None
-    if result.get("plan") != json.loads(json.dumps(scoring_plan(method, setup, root, args))):
+    plan = json.loads(json.dumps(scoring_plan(method, setup, root, args)))
+    if not isinstance(result, dict) or comparable(result.get("plan")) != comparable(plan):
         return None
     model = fingerprint(method, root)
     if model == "missing" and not method.startswith("base"):
-        model = recorded_model(source(method), root)
-    return result if result.get("model") == model else None
+        model = recorded_model(source(method), root, plan["argv"])
+    return result if result.get("model") == model not in (None, "missing") else None
 
 
-def recorded_model(method: str, root: str) -> str | None:
-    """The fingerprint fine-tune.json records of the model a fine-tune's folder last saved, whether or not its
-    weights are still there (the command that saved it is in each score's plan)."""
-    try:
-        with open(os.path.join(root, method, "fine-tune.json")) as f:
-            return json.load(f).get("model")
-    except (OSError, ValueError, AttributeError):
-        return None
+def comparable(plan):
+    """A scoring plan as cached() compares it: the fine-tune's command line reduced to its recipe."""
+    return {**plan, "argv": recipe(plan["argv"])} if isinstance(plan, dict) and "argv" in plan else plan
 
 
 def model_jobs(methods: list[str], order: list[str]) -> list[list[str]]:
     """The methods to run as jobs, one per model folder: a fine-tune, then every method that reads its model
     (ft, ft+yarn), so that no two workers touch one folder and all of a model's readings are scored while its
-    weights are there. The jobs in `order` (the preset's) of the model they read, so that what is left of a
-    fine-tune trained already (its ft+yarn) comes before any new one; the pretrained model's readings last."""
+    weights are there. What is left of a fine-tune trained already (its ft+yarn) comes first, then the new
+    fine-tunes, each group in `order` (the preset's) of the model it reads; the pretrained model's readings last."""
+    def rank(m):
+        return source(m).startswith("base"), source(m) in methods, order.index(source(m)), source(m) != m
     jobs: dict[str, list[str]] = {}
-    for method in sorted(methods, key=lambda m: (source(m).startswith("base"), order.index(source(m)), source(m) != m)):
+    for method in sorted(methods, key=rank):
         jobs.setdefault(source(method), []).append(method)
     return list(jobs.values())
 
@@ -466,6 +491,8 @@ def run(args) -> dict:
         results = {m: r for m in setup["methods"] if (r := cached(m, setup, root, args)) is not None}
         # models are independent: with --jobs N each worker runs whole jobs (model_jobs), one torch thread each
         jobs = model_jobs([m for m in setup["methods"] if m not in results], setup["methods"])
+        if not jobs:
+            break
         for job, done in zip(jobs, map_jobs(method_worker, [(j, setup, root, args) for j in jobs], args.jobs,
                                             args.threads or 1)):
             results.update(zip(job, done))

@@ -425,9 +425,10 @@ def test_llm_scores_are_reused_only_for_the_model_and_plan_they_measured(tmp_pat
 
 def test_a_finished_fine_tunes_scores_stand_without_its_weights_when_its_record_says_it_made_them(tmp_path):
     """A finished method's weights may be deleted (QA3's are half a gigabyte each): its eval.json is reused when
-    fine-tune.json records this very command saving the model those scores measured, and only then. Bugs
-    caught (each planted, watched failing): scores reused with no record, or with a record of another model
-    (trained again since, then deleted); and not (the plan) once the fine-tune's recipe has changed."""
+    fine-tune.json records this recipe saving the model those scores measured, and only then. Bugs caught
+    (each planted, watched failing): scores reused with no record, or with a record of another model (trained
+    again since, then deleted), or once the fine-tune's recipe has changed; weights counted as there while a
+    small file of model/ is; scores not reused when the run goes on with another --threads."""
     from experiments import llm
 
     setup, args, root = {**llm.PRESETS["quick"], "samples": {512: 2}}, types.SimpleNamespace(device="cpu", threads=1), \
@@ -440,14 +441,19 @@ def test_a_finished_fine_tunes_scores_stand_without_its_weights_when_its_record_
         os.makedirs(tmp_path / method, exist_ok=True)
         scores = {"rows": [], "model": made, "plan": llm.scoring_plan(method, setup, root, args)}
         (tmp_path / method / "eval.json").write_text(json.dumps(scores))
-    (tmp_path / "ft" / "model" / "model.safetensors").unlink()
-    (tmp_path / "ft" / "model").rmdir()
+    (tmp_path / "ft" / "model" / "model.safetensors").unlink()  # the weights; a small file stays
+    (tmp_path / "ft" / "model" / "tokenizer.json").write_text("{}")
     assert llm.fingerprint("ft", root) == "missing" and llm.cached("ft", setup, root, args) is None
     record = {"argv": llm.fine_tune_argv("ft", setup, root, args), "model": made}
     (tmp_path / "ft" / "fine-tune.json").write_text(json.dumps(record))
     assert llm.cached("ft", setup, root, args)["model"] == llm.cached("ft+yarn", setup, root, args)["model"] == made
+    elsewhere = types.SimpleNamespace(device="cpu", threads=2)  # how it runs, not what it trains
+    assert llm.cached("ft", setup, root, elsewhere)["model"] == made
     for other in ({"steps": 3}, {"lr": 1e-4}):  # the recipe changed since
         assert llm.cached("ft", {**setup, **other}, root, args) is None, other
+    other_recipe = llm.fine_tune_argv("ft", {**setup, "steps": 3}, root, args)
+    (tmp_path / "ft" / "fine-tune.json").write_text(json.dumps({**record, "argv": other_recipe}))
+    assert llm.cached("ft", setup, root, args) is None  # a record of another recipe names no model of this one
     (tmp_path / "ft" / "fine-tune.json").write_text(json.dumps({**record, "model": "another"}))
     assert llm.cached("ft", setup, root, args) is None and llm.cached("ft+yarn", setup, root, args) is None
 
@@ -879,6 +885,7 @@ def test_a_fine_tune_is_one_job_with_every_reading_of_it_and_trained_again_only_
     # ft trained and scored already: its ft+yarn first, while ft's weights are there, not after every new fine-tune
     assert llm.model_jobs(["yarn", "ft+yarn", "ft+yarn-s1", "base"], preset) == \
         [["ft+yarn"], ["ft+yarn-s1"], ["yarn"], ["base"]]
+    assert llm.model_jobs(["ft", "ft+yarn", "ft+yarn-s1"], preset) == [["ft+yarn-s1"], ["ft", "ft+yarn"]]
     run = train.run  # the real one, which `elsewhere` below wraps
     trainings = quick_experiment(tiny_llm, tmp_path, monkeypatch, ["ft", "ft+yarn"], {256: 2})
     monkeypatch.setattr(finetune, "FIT_PROMPTS", 3)  # the fit check's prompts, scored by each fine-tune
@@ -889,8 +896,8 @@ def test_a_fine_tune_is_one_job_with_every_reading_of_it_and_trained_again_only_
     for f in (folder / "ft" / "model").iterdir():
         f.unlink()
     (folder / "ft" / "model").rmdir()
-    calls = counted(monkeypatch)
-    assert lengen_eval.main(command) == 0 and len(trainings) == 1 and calls == []
+    calls = counted(monkeypatch)  # and another --threads: how it runs, not what it trains
+    assert lengen_eval.main(command[:4] + ["2"] + command[5:]) == 0 and len(trainings) == 1 and calls == []
     os.remove(folder / "ft+yarn" / "eval.json")
     os.remove(folder / "ft+yarn" / "scores.jsonl")
     assert lengen_eval.main(command) == 0 and len(trainings) == 2 and len(calls) == 3 + 2  # fit, ft+yarn
