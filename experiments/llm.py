@@ -225,7 +225,8 @@ def run_method(method: str, setup: dict, root: str, args) -> dict:
     """Fine-tune (unless a base model, or fine-tuned already), then score every prompt at every length, each
     score kept in scores.jsonl as soon as it exists. ft+yarn trains no model of its own: it reads ft's with YaRN
     at inference, trained here first if ft's folder lacks the model its fine-tune.json names. Returns the rows,
-    the training log's loss at the start and the end, the fit record (fit.json) and the minutes it took."""
+    the training log's loss at the start and the end, the fit record (fit.json) and the minutes this call took
+    (a fine-tune's included when it trained here: its log times it whichever call did, fine_tune_minutes)."""
     began = time.perf_counter()
     loss = fit = None
     scaling = "yarn" if reads_with_yarn(method) else None
@@ -256,6 +257,16 @@ def training_log(method: str, root: str) -> list[dict]:
     """A fine-tune's log.jsonl, its training steps' rows (the others are fit checks)."""
     with open(os.path.join(root, method, "log.jsonl")) as f:
         return [row for row in map(json.loads, f) if "loss" in row]
+
+
+def fine_tune_minutes(method: str, setup: dict, root: str) -> float | None:
+    """About how long a fine-tune took, from its log.jsonl, whichever invocation ran it: its steps' tokens (batch
+    x train_len each) at the rate its last row gives, measured over the whole run; None without a log."""
+    try:
+        log = training_log(method, root)
+    except (OSError, ValueError):
+        return None
+    return len(log) * setup["batch"] * setup["train_len"] / log[-1]["tokens_per_s"] / 60 if log else None
 
 
 def loss_ends(log: list[dict]) -> dict:
@@ -499,7 +510,9 @@ def run(args) -> dict:
     results = {m: results[m] for m in setup["methods"]}
     data = {"command": command_line(args), "scale": preset, "settings": setup, "factor": FACTOR, "context": context,
             "machine": f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads" if args.device == "cpu"
-            else args.device, "invocation_minutes": (time.perf_counter() - start) / 60, "results": results}
+            else args.device, "invocation_minutes": (time.perf_counter() - start) / 60, "results": results,
+            "fine_tune_minutes": {m: fine_tune_minutes(m, setup, root) for m in setup["methods"]
+                                  if not m.startswith("base") and source(m) == m}}
     data["comparisons"], data["caption"] = comparisons(results, list(setup["samples"]), **design(setup))
     return data
 

@@ -91,10 +91,9 @@ def qa3_markdown(data: dict) -> str:
     comparisons."""
     setup, results, context = data["settings"], data["results"], data["context"]
     lengths, n = [int(k) for k in setup["samples"]], setup["train_len"]
-    minutes = sum(r["minutes"] for r in results.values())
     fine_tuned = [m for m in results if not m.startswith("base") and source(m) == m]
     lines = [f"# Paper R on SmolLM2-135M-Instruct, in its regime: qa{setup['facts']} ({data['scale']})\n",
-             f"`{data['command']}`: {minutes:.0f} min in all ({data['machine']}); this invocation took "
+             f"`{data['command']}` ({data['machine']}): {time_spent(data)}; this invocation took "
              f"{data['invocation_minutes']:.0f} min (a rerun reuses finished fine-tunes and every prompt scored).\n",
              f"**Fine-tuning** ({len(fine_tuned)} fine-tunes): BABILong-style qa{setup['facts']} ({setup['facts']} "
              f"supporting facts) at {n} tokens, 1/{context // n} of the model's {context}-token context; every "
@@ -129,7 +128,7 @@ def qa3_markdown(data: dict) -> str:
                          f"log p {sum(logp) / len(logp):.2f}{spread}")
         lines.append(f"| {method} | {fitted} | " + " | ".join(cells) + " |")
     lines += ["", "Methods: " + "; ".join(f"`{m}`: {label(m, setup)}" for m in by_method(results)) + ".", ""]
-    lines += primary_table(data) + ["", "## Every run\n"] + runs_table(results, lengths) + [""]
+    lines += primary_table(data) + ["", "## Every run\n"] + runs_table(results, lengths, run_minutes(data)) + [""]
     lines += ["## Exploratory comparisons, prompt by prompt\n", "Exploratory: " + data["caption"].split(
         " Exploratory: ")[-1], ""]
     lines += comparison_rows([c for c in data["comparisons"] if not c["primary"]], "seed-level (log p, each alone)")
@@ -182,11 +181,40 @@ def number(x) -> str:
     return "—" if x is None or x != x else f"{x:.2f}"
 
 
-def runs_table(results: dict, lengths: list[int]) -> list[str]:
+def scoring_minutes(result: dict) -> float:
+    """The minutes a model's prompts took to score, from its rows' seconds: a prompt read back from
+    scores.jsonl counts nothing here (the invocation that scored it timed it)."""
+    return sum(r.get("seconds", 0.0) for r in result["rows"]) / 60
+
+
+def run_minutes(data: dict) -> dict | None:
+    """Each run's minutes, its own fine-tune's (from its log, fine_tune_minutes) and its scoring, whichever
+    invocations ran them; None for a record without fine_tune_minutes, whose method minutes held both."""
+    if "fine_tune_minutes" not in data:
+        return None
+    tuning = data["fine_tune_minutes"]
+    return {m: (tuning.get(m) or 0.0) + scoring_minutes(r) for m, r in data["results"].items()}
+
+
+def time_spent(data: dict) -> str:
+    """What a run took in all, summed over the invocations that ran it (run_minutes)."""
+    if "fine_tune_minutes" not in data:
+        return f"{sum(r['minutes'] for r in data['results'].values()):.0f} min in all"
+    tuning = [v for v in data["fine_tune_minutes"].values() if v is not None]
+    scoring = sum(scoring_minutes(r) for r in data["results"].values())
+    untimed = len(data["fine_tune_minutes"]) - len(tuning)
+    return (f"about {sum(tuning) + scoring:.0f} min in all, summed over the invocations that ran it: "
+            f"{sum(tuning):.0f} fine-tuning ({len(tuning)} fine-tunes, each timed by its log"
+            + (f"; {untimed} without a log, not counted" if untimed else "") + f"), {scoring:.0f} scoring")
+
+
+def runs_table(results: dict, lengths: list[int], minutes: dict | None = None) -> list[str]:
     """One row per run (method and fine-tuning seed): exact match, top-1 and log p at every length, its fit
-    checks, its training loss and its minutes."""
+    checks, its training loss and its minutes (`minutes`, run_minutes': its fine-tune's and its scoring; else
+    each result's own)."""
     lines = ["| method | " + " | ".join(f"{n} tokens: exact / top-1 / log p" for n in lengths)
-             + " | fit checks (step: exact) | training loss, first → last tenth | minutes |",
+             + " | fit checks (step: exact) | training loss, first → last tenth | "
+             + ("minutes, fine-tune + scoring |" if minutes else "minutes |"),
              "|---|" + "---|" * len(lengths) + "---|---|---:|"]
     for method, result in results.items():
         cells = []
@@ -202,7 +230,8 @@ def runs_table(results: dict, lengths: list[int]) -> list[str]:
         else:  # the pretrained model, or a fine-tune of the design before the fit check
             checks = "no fit check (an older design)" if loss else "—"
         loss = f"{loss['first']:.2f} → {loss['last']:.2f}" if loss else "—"
-        lines.append(f"| {method} | " + " | ".join(cells) + f" | {checks} | {loss} | {result['minutes']:.1f} |")
+        spent = minutes[method] if minutes else result["minutes"]
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {checks} | {loss} | {spent:.1f} |")
     return lines
 
 def probe_markdown(data: dict) -> str:

@@ -1026,6 +1026,12 @@ def test_a_design_in_paper_rs_regime_reports_seeds_and_prompts_for_each_primary_
         assert f"| 3 | {', '.join(f'{x:+.2f}' for x in c['per_seed_exact'])} |" in row
         assert f"**{c['seed_verdict']}**" in row and f"| {c['prompts']} |" in row
         assert f"[{c['low']:+.2f}, {c['high']:+.2f}] | {c['verdict']} |" in row
+    # the time in all, whichever invocations ran it: each fine-tune's from its log, each model's scoring
+    tuning = data["fine_tune_minutes"]
+    assert sorted(tuning) == sorted(llm.arms(["ft", "yarn", "ryarn"], 3)) and all(v > 0 for v in tuning.values())
+    log = llm.training_log("ryarn-s2", os.path.join("runs", "llm-quick"))
+    assert tuning["ryarn-s2"] == len(log) * 192 / log[-1]["tokens_per_s"] / 60
+    assert "9 fine-tunes, each timed by its log" in md
     from experiments import llm_report
     summary = llm_report.summary(data).replace("\n", " ")
     assert "| ft (3 seeds) |" in summary and "| base+yarn (1 seed) |" in summary
