@@ -94,7 +94,8 @@ PRESETS = {
     # 8) and past it (12288, 1.5x the 8192: 12, the primary length). About 4.5 h on 2 cores, decided before the
     # run: 9 fine-tunes of 43 CPU-min (the probe's 2.89 s a step) and 14 models scored, about 10 CPU-min each
     # (an estimate from bfloat16 prompts timed by hand on one thread, 10.3 s at 4096 and 24.0 s at 8192 tokens,
-    # extrapolated to about 40 s at 12288). It resumes across invocations.
+    # extrapolated to about 40 s at 12288). Measured: about 5 h (a fine-tune 53-57 CPU-min with two at once, a
+    # model scored in 6.6-8.0; docs/llm.md). It resumes across invocations.
     "default": {**QA3, "methods": arms(["ft", "yarn", "ryarn", "ft+yarn", "base", "base+yarn"], 3),
                 "samples": {512: 32, 4096: 8, 12288: 12}},
     # the GPU's decisive design (python eval.py --experiment gpu --dry-run prints it, its runs, time and memory):
@@ -497,16 +498,21 @@ def run(args) -> dict:
     start = time.perf_counter()
     # Twice: a reading of a fine-tune whose weights were deleted (ft+yarn) trains it again, and should that give
     # other weights (training repeats itself bit for bit on one machine, not on every machine), the fine-tune's
-    # own scores no longer measure the model its folder holds: the second pass scores it again.
+    # own scores no longer measure the model its folder holds: the second pass checks those fine-tunes alone
+    # (each check hashes a model) and scores again the ones whose scores measured the model that went.
+    results, check = {}, setup["methods"]
     for _ in range(2):
-        results = {m: r for m in setup["methods"] if (r := cached(m, setup, root, args)) is not None}
+        results.update({m: r for m in check if (r := cached(m, setup, root, args)) is not None})
         # models are independent: with --jobs N each worker runs whole jobs (model_jobs), one torch thread each
-        jobs = model_jobs([m for m in setup["methods"] if m not in results], setup["methods"])
+        jobs = model_jobs([m for m in check if m not in results], setup["methods"])
         if not jobs:
             break
         for job, done in zip(jobs, map_jobs(method_worker, [(j, setup, root, args) for j in jobs], args.jobs,
                                             args.threads or 1)):
             results.update(zip(job, done))
+        check = [s for job in jobs if (s := source(job[0])) not in job]  # reused above, read (maybe trained) since
+        for fine_tune_reused in check:
+            del results[fine_tune_reused]
     results = {m: results[m] for m in setup["methods"]}
     data = {"command": command_line(args), "scale": preset, "settings": setup, "factor": FACTOR, "context": context,
             "machine": f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads" if args.device == "cpu"
@@ -527,7 +533,7 @@ def probe_worker(job) -> dict:
     loss = loss_ends(log)
     return {"steps_to_fit": fit["steps_to_fit"], "last": fit["checks"][-1], "first_fit": fit["first_fit"],
             "checks": fit["checks"], "loss_first": loss["first"], "loss_last": loss["last"],
-            "seconds_per_step": setup["train_len"] / log[-1]["tokens_per_s"]}
+            "seconds_per_step": fine_tune_minutes(method, setup, root) * 60 / len(log)}
 
 
 def run_probe(args, setup: dict, root: str) -> dict:

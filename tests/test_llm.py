@@ -876,7 +876,8 @@ def test_a_fine_tune_is_one_job_with_every_reading_of_it_and_trained_again_only_
     ft+yarn alone) and reuses ft's. Bugs caught (each planted, watched failing): ft+yarn scored after every
     fine-tune (its model trained a second time when a run spans machines), ft+yarn loading a model that is not
     there (a traceback), ft scored again though its scores stand; and, ft trained again into other weights, ft's
-    old scores kept beside ft+yarn's of the new model (the second pass of run())."""
+    old scores kept beside ft+yarn's of the new model (the second pass of run()), or every model hashed again
+    by that pass."""
     import finetune
     from experiments import llm
     preset = ["base", "base+yarn", "ft", "ft-s1", "yarn", "ft+yarn", "ft+yarn-s1"]
@@ -913,10 +914,12 @@ def test_a_fine_tune_is_one_job_with_every_reading_of_it_and_trained_again_only_
     for f in [*(folder / "ft" / "model").iterdir(), folder / "ft+yarn" / "eval.json"]:
         f.unlink()
     (folder / "ft" / "model").rmdir()
-    calls = counted(monkeypatch)
+    calls, checked, cached = counted(monkeypatch), [], llm.cached
+    monkeypatch.setattr(llm, "cached", lambda method, *a: checked.append(method) or cached(method, *a))
     assert lengen_eval.main(command) == 0 and len(trainings) == 3 and len(calls) == 3 + 2 + 2  # fit, ft+yarn, ft
     again = json.loads((tmp_path / "out" / "llm.json").read_text())["results"]
     assert again["ft"]["model"] == again["ft+yarn"]["model"] != first["ft"]["model"]
+    assert checked == ["ft", "ft+yarn", "ft"]  # the second pass hashes only the model a reading trained again
 
 
 def test_ryarn_draws_positions_from_the_range_its_preset_names():
