@@ -515,7 +515,7 @@ def run(args) -> dict:
             del results[fine_tune_reused]
     results = {m: results[m] for m in setup["methods"]}
     data = {"command": command_line(args), "scale": preset, "settings": setup, "factor": FACTOR, "context": context,
-            "machine": f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads" if args.device == "cpu"
+            "machine": f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch thread(s)" if args.device == "cpu"
             else args.device, "invocation_minutes": (time.perf_counter() - start) / 60, "results": results,
             "fine_tune_minutes": {m: fine_tune_minutes(m, setup, root) for m in setup["methods"]
                                   if not m.startswith("base") and source(m) == m}}

@@ -173,6 +173,9 @@ def primary_table(data: dict) -> list[str]:
                      f"| {number(c.get('seed_detectable'))} | {c['prompts']} | {c['logprob']:+.2f} "
                      + (f"[{c['low']:+.2f}, {c['high']:+.2f}]" if c["low"] == c["low"] else "")
                      + f" | {c['verdict']} | {number(c['detectable'])} |")
+    if any((c.get("seed_detectable") or 0) >= 1 for c in rows):  # None: no spread to size it by
+        lines += ["", "A seed-level *could detect* of 1 or more is beyond any difference in exact match (which lies "
+                      "in [0, 1]): at that spread between seeds, these seeds could find no gain at all."]
     return lines + ["", data["caption"].split(" Exploratory: ")[0]]
 
 

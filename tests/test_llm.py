@@ -993,6 +993,20 @@ def test_full_seeds_come_from_the_pilots_spread_and_paper_rs_gain():
                for arm in ("ft", "ft+yarn", "yarn", "ryarn"))
 
 
+def test_the_primary_table_says_when_the_seeds_could_find_no_gain_at_all():
+    """Exact match lies in [0, 1]: a seed-level could-detect of 1 or more (3 seeds spread apart) means no gain
+    could be found, and the page says so beside the number. Bug caught: the sentence on every page, or none."""
+    from experiments import llm_report
+    row = dict(primary=True, better="ryarn", worse="ft", length=12288, pairs=[["ryarn", "ft"]] * 3,
+               per_seed_exact=[0.5, 0.33, 0.0], seed_low=-0.56, seed_high=1.39, seed_verdict="undecided",
+               seed_detectable=1.25, prompts=12, logprob=0.2, low=-2.9, high=3.4, verdict="undecided", detectable=4.2)
+    data = {"comparisons": [row], "caption": "Primary: one family."}
+    assert "could find no gain at all" in "\n".join(llm_report.primary_table(data))
+    for small in (0.44, None):
+        data["comparisons"] = [{**row, "seed_detectable": small}]
+        assert "could find no gain at all" not in "\n".join(llm_report.primary_table(data))
+
+
 @pytest.mark.slow  # ~1 min: 9 fine-tunes of the tiny model, 13 models scored
 def test_a_design_in_paper_rs_regime_reports_seeds_and_prompts_for_each_primary_comparison(tiny_llm, tmp_path,
                                                                                            monkeypatch):
