@@ -110,7 +110,7 @@ PRESETS = {
 # bfloat16 instructions it is 4-5x slower) learn qa3 at 512 tokens, on every seed, and by which step? Its bar,
 # fixed before the run: exact match >= 0.8 on 64 held-out prompts (52 of 64; the Wilson 95 % interval of 52/64
 # is [0.70, 0.89], so a model at the bar has learned far more than the 0.44 the pilot plateaued at, and one
-# prompt moves the score by 1/64, half what it moved on the default's 32). Every model trains all its steps
+# prompt moves the score by 1/64, half what it moved on qa1's 32). Every model trains all its steps
 # (--no-fit-stop), checked every 150, so the curve shows where it flattens: 900 steps, half again the 600 at
 # which a first fine-tune by hand was still rising (0.81 on 32 prompts). It scores nothing at long lengths.
 PRESETS["probe"] = dict(methods=["ft", "ft-s1"], train_len=512, steps=900, fit_bar=0.8, batch=1, samples={},
@@ -215,7 +215,8 @@ def fine_tune(method: str, setup: dict, root: str, args) -> None:
     scores.jsonl."""
     argv = fine_tune_argv(method, setup, root, args)
     record = os.path.join(root, method, "fine-tune.json")
-    if recorded_model(method, root, argv) == fingerprint(method, root) != "missing":
+    held = fingerprint(method, root)
+    if held != "missing" and recorded_model(method, root, argv) == held:
         return
     train.run(argv)
     made = json.dumps({"argv": argv, "model": fingerprint(method, root)}).encode()
@@ -316,7 +317,7 @@ def cached(method: str, setup: dict, root: str, args) -> dict | None:
     model = fingerprint(method, root)
     if model == "missing" and not method.startswith("base"):
         model = recorded_model(source(method), root, plan["argv"])
-    return result if result.get("model") == model not in (None, "missing") else None
+    return result if model not in (None, "missing") and result.get("model") == model else None
 
 
 def comparable(plan):
@@ -352,7 +353,7 @@ def method_worker(job) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The comparisons: prompt-paired, since every model answers the same prompts
+# The comparisons: seed pairs (QA3's primary units), and prompts, which every model answers alike
 # ---------------------------------------------------------------------------------------------------------
 
 # better, worse: measured at every length, and read in both directions (a "reversed" verdict is a result). A
@@ -425,7 +426,8 @@ def design(setup: dict) -> dict:
 
 
 def comparisons(results: dict, lengths: list[int], primary=(PRIMARY,), by_seed: bool = False) -> tuple[list[dict], str]:
-    """Every comparison at every length, decided on prompts as the units (stats.decide: a gain of any size):
+    """Every comparison at every length, decided on prompts as the units (stats.decide: a gain of any size), and
+    with by_seed (QA3) the primary comparisons also on the fine-tuning seed pairs, their primary units (below):
     reproduced when the adjusted interval of the seed-averaged log p difference lies above 0, reversed when
     below, undecided otherwise; undecided (seeds disagree) when the seed pairs' mean differences do not all
     have the verdict's sign; undecided (models did not fit) when any run it compares did not fit. Two families:
@@ -438,7 +440,7 @@ def comparisons(results: dict, lengths: list[int], primary=(PRIMARY,), by_seed: 
     seed_detectable); else each on its log p alone (stats.unit_verdict)."""
     table = {f"{b} - {w} at {n}": paired(results, b, w, n) for b, w in COMPARISONS + list(primary)
              if seed_pairs(results, b, w) for n in lengths}
-    first = [f"{b} - {w} at {lengths[-1]}" for b, w in primary]
+    first = [f"{b} - {w} at {max(lengths)}" for b, w in primary]
     fit = {k: all(fitted(results, m) for pair in c["pairs"] for m in pair) for k, c in table.items()}
     decided, by_seeds, captions = {}, {}, []
     kinds = ("Secondary, prompts as units: ", "Exploratory: ") if by_seed else ("Primary: ", "Exploratory: ")
@@ -469,10 +471,17 @@ def comparisons(results: dict, lengths: list[int], primary=(PRIMARY,), by_seed: 
             s = by_seeds[key]
             row.update(seed_verdict=s["verdict"], seed_low=s.get("low", float("nan")),
                        seed_high=s.get("high", float("nan")), seed_level=s.get("level"),
-                       seed_detectable=detectable(sample_sd(c["per_seed_exact"]), len(c["per_seed_exact"]), s["level"])
-                       if "low" in s else float("nan"))
+                       seed_detectable=seed_detectable(c["per_seed_exact"], s))
         out.append(row)
     return out, " ".join(captions)
+
+
+def seed_detectable(per_seed: list[float], decided: dict) -> float:
+    """The smallest gain in exact match the seed pairs could find (stats.detectable at their spread), or NaN where
+    nothing sizes it: no interval, or pairs all alike (a spread of 0 between 3 seeds is no estimate of the true
+    spread, though the shared rule decides on it: every pair with the same sign counts)."""
+    sd = sample_sd(per_seed) if len(per_seed) > 1 else 0.0
+    return detectable(sd, len(per_seed), decided["level"]) if "low" in decided and sd > 0 else float("nan")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -500,23 +509,25 @@ def run(args) -> dict:
     # other weights (training repeats itself bit for bit on one machine, not on every machine), the fine-tune's
     # own scores no longer measure the model its folder holds: the second pass checks those fine-tunes alone
     # (each check hashes a model) and scores again the ones whose scores measured the model that went.
-    results, check = {}, setup["methods"]
+    results, to_check = {}, setup["methods"]
     for _ in range(2):
-        results.update({m: r for m in check if (r := cached(m, setup, root, args)) is not None})
+        results.update({m: r for m in to_check if (r := cached(m, setup, root, args)) is not None})
         # models are independent: with --jobs N each worker runs whole jobs (model_jobs), one torch thread each
-        jobs = model_jobs([m for m in check if m not in results], setup["methods"])
+        jobs = model_jobs([m for m in to_check if m not in results], setup["methods"])
         if not jobs:
             break
         for job, done in zip(jobs, map_jobs(method_worker, [(j, setup, root, args) for j in jobs], args.jobs,
                                             args.threads or 1)):
             results.update(zip(job, done))
-        check = [s for job in jobs if (s := source(job[0])) not in job]  # reused above, read (maybe trained) since
-        for fine_tune_reused in check:
-            del results[fine_tune_reused]
+        # A job without its fine-tune (ft+yarn alone) read a fine-tune whose scores were reused: check it again.
+        to_check = [source(job[0]) for job in jobs if source(job[0]) not in job]
+        for reused in to_check:
+            del results[reused]
     results = {m: results[m] for m in setup["methods"]}
     data = {"command": command_line(args), "scale": preset, "settings": setup, "factor": FACTOR, "context": context,
-            "machine": f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch thread(s)" if args.device == "cpu"
-            else args.device, "invocation_minutes": (time.perf_counter() - start) / 60, "results": results,
+            "machine": f"{os.cpu_count()} CPU cores, {args.jobs} job(s) at once of {args.threads or 1} torch "
+                       "thread(s)" if args.device == "cpu" else args.device,
+            "invocation_minutes": (time.perf_counter() - start) / 60, "results": results,
             "fine_tune_minutes": {m: fine_tune_minutes(m, setup, root) for m in setup["methods"]
                                   if not m.startswith("base") and source(m) == m}}
     data["comparisons"], data["caption"] = comparisons(results, list(setup["samples"]), **design(setup))

