@@ -217,9 +217,12 @@ def time_spent(data: dict) -> str:
     tuning = [v for v in data["fine_tune_minutes"].values() if v is not None]
     scoring = sum(scoring_minutes(r) for r in data["results"].values())
     untimed = len(data["fine_tune_minutes"]) - len(tuning)
+    read_back = sum(row.get("reused", 0) for r in data["results"].values() for row in r["rows"])
     return (f"about {sum(tuning) + scoring:.0f} min in all, summed over the invocations that ran it: "
             f"{sum(tuning):.0f} fine-tuning ({len(tuning)} fine-tunes, each timed by its log"
-            + (f"; {untimed} without a log, not counted" if untimed else "") + f"), {scoring:.0f} scoring")
+            + (f"; {untimed} without a log, not counted" if untimed else "") + f"), {scoring:.0f} scoring"
+            + (f" ({read_back} prompts scored by an invocation stopped before it saved them are not timed)"
+               if read_back else ""))
 
 
 def runs_table(results: dict, lengths: list[int], minutes: dict | None = None) -> list[str]:

@@ -1057,8 +1057,11 @@ def test_a_design_in_paper_rs_regime_reports_seeds_and_prompts_for_each_primary_
     assert sorted(tuning) == sorted(llm.arms(["ft", "yarn", "ryarn"], 3)) and all(v > 0 for v in tuning.values())
     log = llm.training_log("ryarn-s2", os.path.join("runs", "llm-quick"))
     assert tuning["ryarn-s2"] == len(log) * 192 / log[-1]["tokens_per_s"] / 60
-    assert "9 fine-tunes, each timed by its log" in md
+    assert "9 fine-tunes, each timed by its log" in md and "not timed" not in md
     from experiments import llm_report
+    data["results"]["ft"]["rows"][0]["reused"] = 2  # two prompts read back from a stopped invocation: untimed
+    assert "(2 prompts scored by an invocation stopped before it saved them are not timed)" in \
+        llm_report.time_spent(data)
     summary = llm_report.summary(data).replace("\n", " ")
     assert "| ft (3 seeds) |" in summary and "| base+yarn (1 seed) |" in summary
     assert all(f"ryarn − {w} " in summary for w in ("ft", "yarn", "ft+yarn"))
