@@ -181,9 +181,9 @@ def primary_table(data: dict) -> list[str]:
         lines += ["", "A seed-level *could detect* of 1 or more is beyond any difference in exact match (which lies "
                       "in [0, 1]): at that spread between seeds, these seeds could find no gain at all."]
     if any(len(set(c["per_seed_exact"])) == 1 < len(c["per_seed_exact"]) for c in rows):
-        lines += ["", "Where every seed pair's difference is the same, the seed-level interval has no width and *could detect* "
-                      "is — : a spread of 0 between so few seeds sizes nothing, and the shared rule decides on the "
-                      "pairs' signs alone."]
+        lines += ["", "Where every seed pair's difference is the same, the seed-level interval has no width and "
+                      "*could detect* is — : a spread of 0 between so few seeds sizes nothing, and the shared rule "
+                      "decides on the pairs' signs alone."]
     if any("seeds disagree" in c["verdict"] for c in rows):
         lines += ["", "*seeds disagree* (prompt level): the interval over prompts excludes 0, but a seed pair's mean "
                       "log p difference lies on the other side."]
