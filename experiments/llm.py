@@ -43,8 +43,9 @@ from runs import UsageError, read_fit, save_atomic
 
 # base, base+yarn (inference-time YaRN, zero-shot), and train.py's --method values; "-nocurr" adds
 # --no-curriculum, "-s1" fine-tunes with seed 1 (another fine-tuning seed: other samples, other positions);
-# "ft+yarn" reads ft's model with YaRN at inference. Every randomized method draws positions from Paper R's
-# range: train.py's default, 1x to 2x the sample length in stages, but where a preset sets its own (QA3: 64x).
+# "ft+yarn" reads ft's model with YaRN at inference. Every randomized method draws positions from the range a
+# secondary source gives Paper R (train.py's default, 1x to 2x the sample length in stages) but where a preset
+# sets its own (QA3: 64x).
 # `samples`: prompts at each length, the same for every model. Fit first: every fine-tune trains the same
 # `steps` steps (the same samples in the same order for one seed, the whole curriculum and learning-rate
 # schedule: training equal for every method), and then greedy exact match on held-out prompts at its
@@ -64,22 +65,22 @@ def arms(methods: list[str], seeds: int) -> list[str]:
 # (Paper R: under 8K of Qwen2.5-7B's 32K); YaRN s = 4 over those 8192, to 32768, for every arm read with YaRN.
 # The arms: ft (plain fine-tuning), ft+yarn (that very model read with YaRN at inference: reading with YaRN
 # apart from training with it), yarn ("trained YaRN"), ryarn, and the pretrained model as it is and with YaRN.
-# ryarn's positions: sorted distinct ids from [0, M), M widened in Paper R's stages to 64 x the sample length,
-# 32768: the whole range YaRN x4 claims, so that training sees positions past the native context (Paper R:
-# "sampled from a larger position range", out-of-distribution positions; no source fixes M, and one range is
-# what the budget affords). Seeds are the units of the primary comparisons (ryarn against ft, yarn and
-# ft+yarn at the longest length); prompts are the secondary units. Its recipe is the probe's: every weight,
-# AdamW 5e-5 with 10 warm-up steps, bfloat16 autocast (fine-tuning and scoring), 900 steps, the fit bar 0.8 on
-# 64 held-out prompts (one prompt moves it 1/64) at 300, 600 and 900, judged at the last.
-# How many seeds --full needs: the gain Paper R reports from trained YaRN to Randomized YaRN on BABILong
-# (Qwen2.5-7B, out of distribution), +9.0 points of exact match, found with 80 % power at the primary family's
-# level (three comparisons: 0.05 / 3), when a seed pair's difference spreads as the pilot's does. The pilot
-# (results/llm-probe.json): ft's two seeds ended at 0.98 and 0.91 on 64 prompts, an sd of 0.055 between seeds,
-# and sqrt(2) x that, 0.078, for the difference of two arms' seeds. stats.units_needed: 11. A lower bound:
+# ryarn's positions: sorted distinct ids from [0, M), M widened in the stages of --range-shape paper-r to 64 x the
+# sample length, 32768: the whole range YaRN x4 claims, so that training sees positions past the native context
+# (Paper R: "sampled from a larger position range", out-of-distribution positions; no source fixes M, and one range
+# is what the budget affords). Seeds are the units of the primary comparisons (ryarn against ft, yarn and ft+yarn
+# at the longest length); prompts are the secondary units. Its recipe is the probe's: every weight, AdamW 5e-5 with
+# 10 warm-up steps, bfloat16 autocast (fine-tuning and scoring), 900 steps, the fit bar 0.8 on 64 held-out prompts
+# (one prompt moves it 1/64) at 300, 600 and 900, judged at the last.
+# How many seeds --full needs: the gain Paper R reports (by a secondary source) from trained YaRN to Randomized
+# YaRN on BABILong (Qwen2.5-7B, out of distribution), +9.0 points of exact match, found with 80 % power at the
+# primary family's level (three comparisons: 0.05 / 3), when a seed pair's difference spreads as the pilot's does.
+# The pilot (results/llm-probe.json): ft's two seeds ended at 0.98 and 0.91 on 64 prompts, an sd of 0.055 between
+# seeds, and sqrt(2) x that, 0.078, for the difference of two arms' seeds. stats.units_needed: 11. A lower bound:
 # the pilot's two seeds sat near the ceiling at 512 tokens, and at the longest length, where exact match is
-# mid-range, 64 prompts alone spread a pair's difference by up to about 0.09 (at sd 0.10, 16 seeds; at 0.125,
-# 24); the CPU default's seeds, measured there, will say. The CPU default affords 3 (stats.MIN_UNITS), which
-# detect only a gain of about 0.44 (stats.detectable), and its results say so.
+# mid-range, 64 prompts alone spread a pair's difference by up to about 0.09 (at sd 0.10, 16 seeds; at 0.125, 24);
+# the CPU default's seeds, measured there, will say. The CPU default affords 3 (stats.MIN_UNITS), which detect only
+# a gain of about 0.44 (stats.detectable), and its results say so.
 PAPER_R_GAIN, PILOT_SD = 0.09, 0.078
 QA3 = dict(train_len=512, steps=900, fit_bar=0.8, batch=1, facts=3, lora=None, lr=5e-5, warmup=10, bf16=True,
            fit_every=300, fit_prompts=64, fit_stop=False, range=64.0,
