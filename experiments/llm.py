@@ -182,8 +182,9 @@ def fine_tune_argv(method: str, setup: dict, root: str, args) -> list[str]:
 
 
 # How a fine-tune was run, not what it trained: a record made with other values still stands (the model's
-# fingerprint pins what was trained), so that a run can go on with another --device or --threads.
-HOW_RUN = {"--device": 1, "--threads": 1, "--quiet": 0, "--force": 0}  # each flag: how many values follow it
+# fingerprint pins what was trained), so that a run can go on with another --device or --threads, and a model
+# trained into another folder by the same command (a probe's) serves once copied into the run's, with its record.
+HOW_RUN = {"--device": 1, "--threads": 1, "--quiet": 0, "--force": 0, "--out": 1}  # flag: how many values follow
 
 
 def recipe(argv: list[str]) -> list[str]:

@@ -459,6 +459,24 @@ def test_a_finished_fine_tunes_scores_stand_without_its_weights_when_its_record_
     assert llm.cached("ft", setup, root, args) is None and llm.cached("ft+yarn", setup, root, args) is None
 
 
+def test_a_model_trained_into_another_folder_by_the_same_command_serves_with_its_record(tmp_path):
+    """A fine-tune is its recipe, not where it was written: a model a probe trained by the design's very command
+    into its own folder, copied with a fine-tune.json of that command, is the design's model; one trained by
+    another command is not. Bug caught (planted, watched failing): --out counted as part of the recipe."""
+    from experiments import llm
+
+    setup, args = {**llm.PRESETS["quick"], "samples": {512: 2}}, types.SimpleNamespace(device="cpu", threads=1)
+    root = str(tmp_path / "design")
+    (tmp_path / "design" / "ryarn" / "model").mkdir(parents=True)
+    (tmp_path / "design" / "ryarn" / "model" / "model.safetensors").write_bytes(b"weights")
+    made = llm.fingerprint("ryarn", root)
+    probe = llm.fine_tune_argv("ryarn", setup, str(tmp_path / "probe"), args)
+    assert probe != llm.fine_tune_argv("ryarn", setup, root, args)  # written elsewhere
+    (tmp_path / "design" / "ryarn" / "fine-tune.json").write_text(json.dumps({"argv": probe, "model": made}))
+    assert llm.recorded_model("ryarn", root, llm.fine_tune_argv("ryarn", setup, root, args)) == made
+    assert llm.recorded_model("ryarn", root, llm.fine_tune_argv("ryarn", {**setup, "steps": 3}, root, args)) is None
+
+
 @pytest.mark.parametrize("batch, accum", [(1, 2), (2, 3)])
 def test_each_rank_trains_its_share_of_the_one_process_order(tiny_llm, batch, accum):
     """Bug caught (#24 item 20): which samples and positions a torchrun rank trains was checked only by the slow
