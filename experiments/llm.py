@@ -327,17 +327,29 @@ def comparable(plan):
     return {**plan, "argv": recipe(plan["argv"])} if isinstance(plan, dict) and "argv" in plan else plan
 
 
-def model_jobs(methods: list[str], order: list[str]) -> list[list[str]]:
+def model_jobs(methods: list[str], order: list[str], trained=()) -> list[list[str]]:
     """The methods to run as jobs, one per model folder: a fine-tune, then every method that reads its model
     (ft, ft+yarn), so that no two workers touch one folder and all of a model's readings are scored while its
-    weights are there. What is left of a fine-tune trained already (its ft+yarn) comes first, then the new
-    fine-tunes, each group in `order` (the preset's) of the model it reads; the pretrained model's readings last."""
+    weights are there. Jobs with nothing to train come first, since a fine-tune is the one step that does not
+    resume (scoring does, prompt by prompt) and an invocation stopped early keeps the most that way: what is left
+    of a fine-tune scored already (its ft+yarn), a fine-tune `trained` already (its model there, by this recipe),
+    then the pretrained model's readings; the fine-tunes to train last. Each group in `order` (the preset's)."""
     def rank(m):
-        return source(m).startswith("base"), source(m) in methods, order.index(source(m)), source(m) != m
+        s = source(m)
+        return s in methods and s not in trained and not s.startswith("base"), s.startswith("base"), \
+            order.index(s), s != m
     jobs: dict[str, list[str]] = {}
     for method in sorted(methods, key=rank):
         jobs.setdefault(source(method), []).append(method)
     return list(jobs.values())
+
+
+def trained_here(methods: list[str], setup: dict, root: str, args) -> set[str]:
+    """The fine-tunes among `methods` whose folder holds a model that its fine-tune.json says this recipe saved
+    (not hashed here: fine_tune() checks that before it reuses one)."""
+    return {m for m in methods if source(m) == m and not m.startswith("base")
+            and os.path.isdir(os.path.join(root, m, "model"))
+            and recorded_model(m, root, fine_tune_argv(m, setup, root, args)) is not None}
 
 
 def method_worker(job) -> list[dict]:
@@ -515,7 +527,8 @@ def run(args) -> dict:
     for _ in range(2):
         results.update({m: r for m in to_check if (r := cached(m, setup, root, args)) is not None})
         # models are independent: with --jobs N each worker runs whole jobs (model_jobs), one torch thread each
-        jobs = model_jobs([m for m in to_check if m not in results], setup["methods"])
+        left = [m for m in to_check if m not in results]
+        jobs = model_jobs(left, setup["methods"], trained_here(left, setup, root, args))
         if not jobs:
             break
         for job, done in zip(jobs, map_jobs(method_worker, [(j, setup, root, args) for j in jobs], args.jobs,

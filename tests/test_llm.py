@@ -462,7 +462,8 @@ def test_a_finished_fine_tunes_scores_stand_without_its_weights_when_its_record_
 def test_a_model_trained_into_another_folder_by_the_same_command_serves_with_its_record(tmp_path):
     """A fine-tune is its recipe, not where it was written: a model a probe trained by the design's very command
     into its own folder, copied with a fine-tune.json of that command, is the design's model; one trained by
-    another command is not. Bug caught (planted, watched failing): --out counted as part of the recipe."""
+    another command is not. Bugs caught (planted, watched failing): --out counted as part of the recipe; a model
+    of another recipe counted as trained."""
     from experiments import llm
 
     setup, args = {**llm.PRESETS["quick"], "samples": {512: 2}}, types.SimpleNamespace(device="cpu", threads=1)
@@ -475,6 +476,9 @@ def test_a_model_trained_into_another_folder_by_the_same_command_serves_with_its
     (tmp_path / "design" / "ryarn" / "fine-tune.json").write_text(json.dumps({"argv": probe, "model": made}))
     assert llm.recorded_model("ryarn", root, llm.fine_tune_argv("ryarn", setup, root, args)) == made
     assert llm.recorded_model("ryarn", root, llm.fine_tune_argv("ryarn", {**setup, "steps": 3}, root, args)) is None
+    # and it counts as trained, so that run() scores it before any fine-tune trains (model_jobs)
+    assert llm.trained_here(["ryarn", "ft"], setup, root, args) == {"ryarn"}
+    assert llm.trained_here(["ryarn"], {**setup, "steps": 3}, root, args) == set()
 
 
 @pytest.mark.parametrize("batch, accum", [(1, 2), (2, 3)])
@@ -889,8 +893,9 @@ def test_ft_plus_yarn_reads_fts_own_model_with_yarn_once_ft_is_trained(tiny_llm,
 def test_a_fine_tune_is_one_job_with_every_reading_of_it_and_trained_again_only_for_a_reading_still_missing(
         tiny_llm, tmp_path, monkeypatch):
     """model_jobs: ft and ft+yarn (of one seed) are one job, ft first, so no two workers touch one folder and
-    ft+yarn is scored while ft's weights are there; jobs in the preset's order of their model, base and
-    base+yarn last, so the ft+yarn of a finished ft comes before new fine-tunes. With ft's weights deleted once both
+    ft+yarn is scored while ft's weights are there; jobs with nothing to train first (the ft+yarn of a finished
+    ft, a fine-tune trained already, base and base+yarn), then the fine-tunes to train, each in the preset's
+    order of their model. With ft's weights deleted once both
     are scored, a rerun trains and scores nothing; with ft+yarn's scores gone too, it trains ft again (for
     ft+yarn alone) and reuses ft's. Bugs caught (each planted, watched failing): ft+yarn scored after every
     fine-tune (its model trained a second time when a run spans machines), ft+yarn loading a model that is not
@@ -901,10 +906,13 @@ def test_a_fine_tune_is_one_job_with_every_reading_of_it_and_trained_again_only_
     from experiments import llm
     preset = ["base", "base+yarn", "ft", "ft-s1", "yarn", "ft+yarn", "ft+yarn-s1"]
     assert llm.model_jobs(["base", "ft+yarn-s1", "ft", "yarn", "ft-s1", "ft+yarn", "base+yarn"], preset) == \
-        [["ft", "ft+yarn"], ["ft-s1", "ft+yarn-s1"], ["yarn"], ["base"], ["base+yarn"]]
+        [["base"], ["base+yarn"], ["ft", "ft+yarn"], ["ft-s1", "ft+yarn-s1"], ["yarn"]]
     # ft trained and scored already: its ft+yarn first, while ft's weights are there, not after every new fine-tune
     assert llm.model_jobs(["yarn", "ft+yarn", "ft+yarn-s1", "base"], preset) == \
-        [["ft+yarn"], ["ft+yarn-s1"], ["yarn"], ["base"]]
+        [["ft+yarn"], ["ft+yarn-s1"], ["base"], ["yarn"]]
+    # a fine-tune trained but not scored (a stopped invocation's, a probe's): scored before anything trains
+    assert llm.model_jobs(["ft", "ft+yarn", "yarn", "base"], preset, trained={"yarn"}) == \
+        [["yarn"], ["base"], ["ft", "ft+yarn"]]
     assert llm.model_jobs(["ft", "ft+yarn", "ft+yarn-s1"], preset) == [["ft+yarn-s1"], ["ft", "ft+yarn"]]
     run = train.run  # the real one, which `elsewhere` below wraps
     trainings = quick_experiment(tiny_llm, tmp_path, monkeypatch, ["ft", "ft+yarn"], {256: 2})
