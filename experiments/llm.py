@@ -65,13 +65,17 @@ def arms(methods: list[str], seeds: int) -> list[str]:
 # (Paper R: under 8K of Qwen2.5-7B's 32K); YaRN s = 4 over those 8192, to 32768, for every arm read with YaRN.
 # The arms: ft (plain fine-tuning), ft+yarn (that very model read with YaRN at inference: reading with YaRN
 # apart from training with it), yarn ("trained YaRN"), ryarn, and the pretrained model as it is and with YaRN.
-# ryarn's positions: sorted distinct ids from [0, M), M widened in the stages of --range-shape paper-r to 64 x the
-# sample length, 32768: the whole range YaRN x4 claims, so that training sees positions past the native context
-# (Paper R: "sampled from a larger position range", out-of-distribution positions; no source fixes M, and one range
-# is what the budget affords). Seeds are the units of the primary comparisons (ryarn against ft, yarn and ft+yarn
-# at the longest length); prompts are the secondary units. Its recipe is the probe's: every weight, AdamW 5e-5 with
-# 10 warm-up steps, bfloat16 autocast (fine-tuning and scoring), 900 steps, the fit bar 0.8 on 64 held-out prompts
-# (one prompt moves it 1/64) at 300, 600 and 900, judged at the last.
+# ryarn's positions: sorted distinct ids from [0, M), M widened in the stages of --range-shape paper-r to 2 x the
+# sample length, 1024. The design first took 64 x (32768: the whole range YaRN x4 claims, so that training would see
+# positions past the native context, Paper R's "larger position range") and the probe's 900 steps, which were ft's:
+# ryarn did not fit on either seed, nor at 16 x or 2 x in 900 steps, while over 1800 steps at 2 x both seeds did
+# (results/llm-range-probe/). So every arm trains 1800 steps, and ryarn draws from 2 x: a design changed after
+# results, which its results say. At 2 x ryarn's positions stay inside the native context (as the proportion a
+# secondary source gives Paper R, 16K for 8K samples, stays inside Qwen2.5-7B's 32K), so a verdict here speaks of
+# randomized positions inside the pretrained context. Seeds are the units of the primary comparisons (ryarn against
+# ft, yarn and ft+yarn at the longest length); prompts are the secondary units. The recipe otherwise is the probe's:
+# every weight, AdamW 5e-5 with 10 warm-up steps, bfloat16 autocast (fine-tuning and scoring), the fit bar 0.8 on
+# 64 held-out prompts (one prompt moves it 1/64) every 300 steps, judged at the last.
 # How many seeds --full needs: the gain Paper R reports (by a secondary source) from trained YaRN to Randomized
 # YaRN on BABILong (Qwen2.5-7B, out of distribution), +9.0 points of exact match, found with 80 % power at the
 # primary family's level (three comparisons: 0.05 / 3), when a seed pair's difference spreads as the pilot's does.
@@ -82,8 +86,8 @@ def arms(methods: list[str], seeds: int) -> list[str]:
 # the CPU default's seeds, measured there, will say. The CPU default affords 3 (stats.MIN_UNITS), which detect only
 # a gain of about 0.44 (stats.detectable), and its results say so.
 PAPER_R_GAIN, PILOT_SD = 0.09, 0.078
-QA3 = dict(train_len=512, steps=900, fit_bar=0.8, batch=1, facts=3, lora=None, lr=5e-5, warmup=10, bf16=True,
-           fit_every=300, fit_prompts=64, fit_stop=False, range=64.0,
+QA3 = dict(train_len=512, steps=1800, fit_bar=0.8, batch=1, facts=3, lora=None, lr=5e-5, warmup=10, bf16=True,
+           fit_every=300, fit_prompts=64, fit_stop=False, range=2.0,
            primary=[["ryarn", "ft"], ["ryarn", "yarn"], ["ryarn", "ft+yarn"]], units="seeds")
 FULL_SEEDS = units_needed(PAPER_R_GAIN, PILOT_SD, ALPHA / len(QA3["primary"]))
 PRESETS = {
@@ -92,11 +96,11 @@ PRESETS = {
     # QA3 on a CPU: every arm at 3 fine-tuning seeds, the fewest a verdict takes (stats.MIN_UNITS), which detect
     # only a gain of about 0.44 in exact match at the pilot's spread (a large effect or nothing; the results say
     # what each verdict could detect). Prompts at the fine-tuning length (32), inside the native context (4096:
-    # 8) and past it (12288, 1.5x the 8192: 12, the primary length). About 4.5 h on 2 cores, decided before the
-    # run: 9 fine-tunes of 43 CPU-min (the probe's 2.89 s a step) and 14 models scored, about 10 CPU-min each
-    # (an estimate from bfloat16 prompts timed by hand on one thread, 10.3 s at 4096 and 24.0 s at 8192 tokens,
-    # extrapolated to about 40 s at 12288). Measured: about 5 h (a fine-tune 53-57 CPU-min with two at once, a
-    # model scored in 6.6-8.0; docs/llm.md). It resumes across invocations.
+    # 8) and past it (12288, 1.5x the 8192: 12, the primary length). About 8 h on 2 cores, from the rates of the
+    # runs before it: 9 fine-tunes of about 100 CPU-min (1800 steps at the 3.3 s a step of the budget probe, two at
+    # once) and 14 models scored in 6.6-8.0 CPU-min each (the 900-step design's); about 7 h where ryarn's two seeds
+    # are the budget probe's own models, copied in (results/llm-range-probe/README.md). It resumes across
+    # invocations: what needs no training first, a fine-tune being the one step that does not resume.
     "default": {**QA3, "methods": arms(["ft", "yarn", "ryarn", "ft+yarn", "base", "base+yarn"], 3),
                 "samples": {512: 32, 4096: 8, 12288: 12}},
     # the GPU's decisive design (python eval.py --experiment gpu --dry-run prints it, its runs, time and memory):
