@@ -288,9 +288,7 @@ def fingerprint(method: str, root: str) -> str:
     """hf.fingerprint of exactly what a method's scores measured: the GGUF file for a base model, the run's
     config.json and every file of its saved model for a fine-tune (ft+yarn: ft's); "missing" when its weights
     are not there. (Scores also key on the rotation they were read with: hf.ScoreCache.)"""
-    folder = os.path.join(root, source(method), "model")
-    if not method.startswith("base") and not (os.path.isdir(folder) and any(
-            f.endswith((".safetensors", ".bin")) for f in os.listdir(folder))):
+    if not method.startswith("base") and not has_weights(os.path.join(root, source(method), "model")):
         return "missing"
     try:
         return hf.fingerprint("smollm2" if method.startswith("base") else os.path.join(root, source(method)))
@@ -335,25 +333,29 @@ def model_jobs(methods: list[str], order: list[str], trained=()) -> list[list[st
     """The methods to run as jobs, one per model folder: a fine-tune, then every method that reads its model
     (ft, ft+yarn), so that no two workers touch one folder and all of a model's readings are scored while its
     weights are there. Jobs with nothing to train come first, since a fine-tune is the one step that does not
-    resume (scoring does, prompt by prompt) and an invocation stopped early keeps the most that way: what is left
-    of a fine-tune scored already (its ft+yarn), a fine-tune `trained` already (its model there, by this recipe),
-    then the pretrained model's readings; the fine-tunes to train last. Each group in `order` (the preset's)."""
+    resume (scoring does, prompt by prompt) and an invocation stopped early keeps the most that way: those that
+    read the pretrained model or a fine-tune `trained` already (trained_here); then those that train. Each
+    group in `order` (the preset's) of the model it reads."""
     def rank(m):
         s = source(m)
-        return s in methods and s not in trained and not s.startswith("base"), s.startswith("base"), \
-            order.index(s), s != m
+        return not s.startswith("base") and s not in trained, order.index(s), s != m
     jobs: dict[str, list[str]] = {}
     for method in sorted(methods, key=rank):
         jobs.setdefault(source(method), []).append(method)
     return list(jobs.values())
 
 
+def has_weights(folder: str) -> bool:
+    """Whether a saved model's folder holds its weights (a small file alone, the tokenizer's, does not count)."""
+    return os.path.isdir(folder) and any(f.endswith((".safetensors", ".bin")) for f in os.listdir(folder))
+
+
 def trained_here(methods: list[str], setup: dict, root: str, args) -> set[str]:
-    """The fine-tunes among `methods` whose folder holds a model that its fine-tune.json says this recipe saved
-    (not hashed here: fine_tune() checks that before it reuses one)."""
-    return {m for m in methods if source(m) == m and not m.startswith("base")
-            and os.path.isdir(os.path.join(root, m, "model"))
-            and recorded_model(m, root, fine_tune_argv(m, setup, root, args)) is not None}
+    """The fine-tunes that `methods` read whose folder holds the weights of a model its fine-tune.json says this
+    recipe saved (not hashed here: fine_tune() checks that before it reuses one)."""
+    sources = {source(m) for m in methods if not m.startswith("base")}
+    return {s for s in sources if has_weights(os.path.join(root, s, "model"))
+            and recorded_model(s, root, fine_tune_argv(s, setup, root, args)) is not None}
 
 
 def method_worker(job) -> list[dict]:

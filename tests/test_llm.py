@@ -463,7 +463,7 @@ def test_a_model_trained_into_another_folder_by_the_same_command_serves_with_its
     """A fine-tune is its recipe, not where it was written: a model a probe trained by the design's very command
     into its own folder, copied with a fine-tune.json of that command, is the design's model; one trained by
     another command is not. Bugs caught (planted, watched failing): --out counted as part of the recipe; a model
-    of another recipe counted as trained."""
+    of another recipe, or a folder without its weights, counted as trained."""
     from experiments import llm
 
     setup, args = {**llm.PRESETS["quick"], "samples": {512: 2}}, types.SimpleNamespace(device="cpu", threads=1)
@@ -479,6 +479,8 @@ def test_a_model_trained_into_another_folder_by_the_same_command_serves_with_its
     # and it counts as trained, so that run() scores it before any fine-tune trains (model_jobs)
     assert llm.trained_here(["ryarn", "ft"], setup, root, args) == {"ryarn"}
     assert llm.trained_here(["ryarn"], {**setup, "steps": 3}, root, args) == set()
+    (tmp_path / "design" / "ryarn" / "model" / "model.safetensors").unlink()  # its weights gone, the folder kept
+    assert llm.trained_here(["ryarn"], setup, root, args) == set()
 
 
 @pytest.mark.parametrize("batch, accum", [(1, 2), (2, 3)])
@@ -908,12 +910,15 @@ def test_a_fine_tune_is_one_job_with_every_reading_of_it_and_trained_again_only_
     assert llm.model_jobs(["base", "ft+yarn-s1", "ft", "yarn", "ft-s1", "ft+yarn", "base+yarn"], preset) == \
         [["base"], ["base+yarn"], ["ft", "ft+yarn"], ["ft-s1", "ft+yarn-s1"], ["yarn"]]
     # ft trained and scored already: its ft+yarn first, while ft's weights are there, not after every new fine-tune
-    assert llm.model_jobs(["yarn", "ft+yarn", "ft+yarn-s1", "base"], preset) == \
-        [["ft+yarn"], ["ft+yarn-s1"], ["base"], ["yarn"]]
+    assert llm.model_jobs(["yarn", "ft+yarn", "ft+yarn-s1", "base"], preset, trained={"ft", "ft-s1"}) == \
+        [["base"], ["ft+yarn"], ["ft+yarn-s1"], ["yarn"]]
     # a fine-tune trained but not scored (a stopped invocation's, a probe's): scored before anything trains
     assert llm.model_jobs(["ft", "ft+yarn", "yarn", "base"], preset, trained={"yarn"}) == \
-        [["yarn"], ["base"], ["ft", "ft+yarn"]]
-    assert llm.model_jobs(["ft", "ft+yarn", "ft+yarn-s1"], preset) == [["ft+yarn-s1"], ["ft", "ft+yarn"]]
+        [["base"], ["yarn"], ["ft", "ft+yarn"]]
+    assert llm.model_jobs(["ft", "ft+yarn", "ft+yarn-s1"], preset, trained={"ft-s1"}) == \
+        [["ft+yarn-s1"], ["ft", "ft+yarn"]]
+    # ft's weights gone: its ft+yarn trains ft again, so it waits behind a model that is there
+    assert llm.model_jobs(["ft+yarn", "yarn"], preset, trained={"yarn"}) == [["yarn"], ["ft+yarn"]]
     run = train.run  # the real one, which `elsewhere` below wraps
     trainings = quick_experiment(tiny_llm, tmp_path, monkeypatch, ["ft", "ft+yarn"], {256: 2})
     monkeypatch.setattr(finetune, "FIT_PROMPTS", 3)  # the fit check's prompts, scored by each fine-tune
