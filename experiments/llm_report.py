@@ -32,7 +32,7 @@ STYLES = line_styles(MODELS + ["ft+yarn"])  # each method in one colour in both 
 
 def label(method: str, setup: dict | None = None) -> str:
     """What a method is: LABELS', with the range its preset draws randomized positions from where that is not
-    train.py's default (QA3: 64x), or for a further fine-tuning seed, its method's and the seed."""
+    train.py's default (QA3's first design: 64x), or for a further fine-tuning seed, its method's and the seed."""
     name, seed = run_name(method)
     wide = (setup or {}).get("range")
     if wide and method in ("ryarn", "rpe"):
@@ -102,11 +102,12 @@ def qa3_markdown(data: dict) -> str:
              f"{setup['batch']} sample a step, {setup['steps']} steps for every method, "
              + ("bfloat16 autocast" if setup["bf16"] else "float32") + "; loss on "
              f"the answer tokens only. YaRN x{data['factor']:g} over the {context} tokens for every arm read with "
-             f"YaRN. ryarn's positions: sorted distinct ids from [0, M), M widened in Paper R's stages to "
-             f"{setup['range']:g} x the sample length ({int(setup['range'] * n)}). **Fit**: greedy exact match on "
-             f"{setup['fit_prompts']} held-out prompts at {n} tokens, checked every {setup['fit_every']} steps and "
-             f"judged at the last: >= {setup['fit_bar']} (fixed before the run); a comparison with a fine-tune "
-             "below it is undecided.\n",
+             f"YaRN. ryarn's positions: sorted distinct ids from [0, M), M widened in the stages of --range-shape "
+             f"paper-r to {setup['range']:g} x the sample length ({int(setup['range'] * n)}). **Fit**: greedy exact "
+             f"match on {setup['fit_prompts']} held-out prompts at {n} tokens, checked every {setup['fit_every']} "
+             f"steps and judged at the last: >= {setup['fit_bar']} (fixed before the run); a comparison with a "
+             "fine-tune below it is undecided.\n",
+             *([f"**Design history**: {setup['history']}\n"] if setup.get("history") else []),
              "**Evaluation**: the same fresh prompts for every model ("
              + ", ".join(f"{k} at {length} tokens" for length, k in setup["samples"].items())
              + "), contiguous positions, " + ("bfloat16 autocast" if setup["bf16"] else "float32") + ". The weights are the Q4_1 GGUF file shipped in "

@@ -955,8 +955,8 @@ def test_a_fine_tune_is_one_job_with_every_reading_of_it_and_trained_again_only_
 
 
 def test_ryarn_draws_positions_from_the_range_its_preset_names():
-    """QA3's ryarn draws positions up to 2 x its 512-token samples (the widest range whose probe fitted), every
-    seed of it, in --full and in the CPU default (QA3 both); no other arm gets a range, and --quick keeps
+    """QA3's ryarn draws positions up to 2 x its 512-token samples (the one range probed at 1800 steps, inside
+    SmolLM2's 8192), every seed of it, in --full and in the CPU default (QA3 both); no other arm gets a range, and --quick keeps
     train.py's default. Bug caught: the range given to ryarn's first seed only, or to an arm with contiguous
     positions."""
     from experiments import llm
@@ -967,6 +967,7 @@ def test_ryarn_draws_positions_from_the_range_its_preset_names():
         return command[command.index("--range") + 1] if "--range" in command else None
 
     full = llm.PRESETS["full"]
+    assert full["range"] * full["train_len"] <= 8192 and full["steps"] == llm.PRESETS["default"]["steps"] == 1800
     assert {m: flag(m, full) for m in ("ryarn", "ryarn-s1", "ryarn-s9", "ft", "yarn-s1")} == \
         {"ryarn": "2", "ryarn-s1": "2", "ryarn-s9": "2", "ft": None, "yarn-s1": None}
     assert flag("ryarn", llm.PRESETS["default"]) == "2" and flag("ryarn", llm.PRESETS["quick"]) is None
@@ -1098,5 +1099,6 @@ def test_a_design_in_paper_rs_regime_reports_seeds_and_prompts_for_each_primary_
     table = llm_report.comparisons_table(data)  # docs/llm.md's: prompts the secondary level, then the seeds'
     assert "prompts as units, the secondary level" in table and "| ryarn − ft+yarn |" in table
     assert llm_report.seed_level_line(data) in table
+    assert f"**Design history**: {llm.QA3['history']}" in md  # a design changed after results says so
     ft_fits = re.search(r"\n\| ft \| (\d of 3) \|", md).group(1)
     assert f"\n| ft+yarn | {ft_fits} (ft's) |" in md  # ft's own check: ft+yarn reads ft's models
