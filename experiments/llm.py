@@ -66,18 +66,14 @@ def arms(methods: list[str], seeds: int) -> list[str]:
 # The arms: ft (plain fine-tuning), ft+yarn (that very model read with YaRN at inference: reading with YaRN
 # apart from training with it), yarn ("trained YaRN"), ryarn, and the pretrained model as it is and with YaRN.
 # ryarn's positions: sorted distinct ids from [0, M), M widened in the stages of --range-shape paper-r to 2 x the
-# sample length, 1024. The design first took 64 x (32768: the whole range YaRN x4 claims, so that training would
-# see positions past the native context, Paper R's "larger position range") and the probe's 900 steps, which were
-# ft's: ryarn did not fit on either seed, nor at 16 x or 2 x in 900 steps, while over 1800 steps at 2 x both seeds
-# did (results/llm-range-probe/). So every arm trains 1800 steps, and ryarn draws from 2 x: a design changed after
-# results, which its results say. (The probe's rule, fixed before it, named the first check both seeds passed, 900;
-# set aside, since a whole 900-step run at 2 x had ended at 0.75. Its two seeds are ryarn's seeds 0 and 1 here.) At
-# 2 x ryarn's positions stay inside the native context (as the proportion a secondary source gives Paper R, 16K for
-# 8K samples, stays inside Qwen2.5-7B's 32K), so a verdict here speaks of randomized positions inside the
-# pretrained context. Seeds are the units of the primary comparisons (ryarn against ft, yarn and ft+yarn at the
-# longest length); prompts are the secondary units. The recipe otherwise is the probe's: every weight, AdamW 5e-5
-# with 10 warm-up steps, bfloat16 autocast (fine-tuning and scoring), the fit bar 0.8 on 64 held-out prompts (one
-# prompt moves it 1/64) every 300 steps, judged at the last.
+# sample length, 1024: the design changed after results, and QA3's `history` (rendered into results/llm.md) says
+# how (first 64 x and 900 steps, where ryarn did not fit; results/llm-range-probe/ for the probes). At 2 x ryarn's
+# positions stay inside the native context (as the proportion a secondary source gives Paper R, 16K for 8K samples,
+# stays inside Qwen2.5-7B's 32K), so a verdict here speaks of randomized positions inside the pretrained context.
+# Seeds are the units of the primary comparisons (ryarn against ft, yarn and ft+yarn at the longest length);
+# prompts are the secondary units. The recipe otherwise is the probe's: every weight, AdamW 5e-5 with 10 warm-up
+# steps, bfloat16 autocast (fine-tuning and scoring), the fit bar 0.8 on 64 held-out prompts (one prompt moves it
+# 1/64) every 300 steps, judged at the last.
 # How many seeds --full needs: the gain Paper R reports (by a secondary source) from trained YaRN to Randomized
 # YaRN on BABILong (Qwen2.5-7B, out of distribution), +9.0 points of exact match, found with 80 % power at the
 # primary family's level (three comparisons: 0.05 / 3), when a seed pair's difference spreads as the pilot's does.
