@@ -277,13 +277,15 @@ def build_folder(out: str) -> str:
     return os.path.join(real, SWAP["new"]) if os.path.isdir(real) else beside(real, "new")
 
 
-# The lock of a run folder is a file inside it, made with O_CREAT | O_EXCL: the create either makes the file or
-# fails because it exists, and that holds on a shared filesystem (NFS since v3, Lustre, GPFS) where fcntl.flock
-# may be node-local or off, so that two nodes of a cluster could both have trained into one folder. Inside the
-# folder, not beside it: one folder reached under two names (a symlink, a bind mount, another node's mount point)
-# has one lock. A process killed outright leaves its file behind, so the file names its holder: on the same host
-# a lock whose process is gone is stale; from another host, whose processes cannot be seen, a lock its holder has
-# not touched for LOCK_STALE_S seconds is (the holder touches it every LOCK_BEAT_S while it runs).
+# The lock of a run folder is a file inside it, made by a hard link of a file already holding its holder's name
+# (host, pid): the link either makes the lock or fails because it exists, and that holds on a shared filesystem
+# (NFS, Lustre, GPFS) where fcntl.flock may be node-local or off, so that two nodes of a cluster could both have
+# trained into one folder. Made whole by the link, the lock names its holder from the instant it exists: a rival
+# never reads an empty one. Inside the folder, not beside it: one folder reached under two names (a symlink, a
+# bind mount, another node's mount point) has one lock. A process killed outright leaves its file behind, so the
+# file names its holder: on the same host a lock whose process is gone is stale; from another host, whose
+# processes cannot be seen, a lock its holder has not touched for LOCK_STALE_S seconds is (the holder touches it
+# every LOCK_BEAT_S while it runs).
 LOCK_NAME = ".lengen.lock"
 LOCK_BEAT_S = 60.0
 LOCK_STALE_S = 600.0  # ten missed beats: more than a shared filesystem's clock skew or a stalled write
@@ -291,7 +293,7 @@ LOCK_STALE_S = 600.0  # ten missed beats: more than a shared filesystem's clock 
 
 def lock_owner(path: str) -> dict | None:
     """What a lock file says of its holder ({"host", "pid", "holder"}), or None when it cannot be read (it went
-    as we looked, or its holder died between making it and writing it: then only its age tells)."""
+    as we looked, or it is not one take_lock made: then only its age tells)."""
     try:
         with open(path, encoding="utf-8") as f:
             owner = json.load(f)
@@ -323,16 +325,24 @@ def take_lock(out: str, holder: str) -> str:
     only one replaces it; the other sees the new holder."""
     lock = os.path.join(out, LOCK_NAME)
     me = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "holder": holder})
-    for _ in range(3):  # a lock released or broken as we look is tried again
-        try:
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
+    claim = f"{lock}.{socket.gethostname()}.{os.getpid()}"  # this process's own name: written whole, then linked
+    with open(claim, "w", encoding="utf-8") as f:
+        f.write(me)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        for _ in range(3):  # a lock released or broken as we look is tried again
+            try:
+                os.link(claim, lock)
+                return me
+            except FileExistsError:
+                pass
             owner = lock_owner(lock)
             why = lock_stale(lock, owner)
             if why is None:
                 who = f"{owner.get('holder', 'command')} (pid {owner['pid']} on {owner['host']})" if owner else holder
                 raise UsageError(f"{out} is in use by another {who}; wait for it to finish, or delete {lock} if "
-                                 "nothing holds it") from None
+                                 "nothing holds it")
             breaker = lock + ".break"
             try:
                 os.close(os.open(breaker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
@@ -346,12 +356,9 @@ def take_lock(out: str, holder: str) -> str:
                     os.remove(lock)
             finally:
                 os.remove(breaker)
-            continue
-        with os.fdopen(fd, "w") as f:
-            f.write(me)
-            f.flush()
-            os.fsync(f.fileno())
-        return me
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(claim)
     raise UsageError(f"{out} is in use by another {holder}; wait for it to finish")
 
 

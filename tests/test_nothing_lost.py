@@ -408,9 +408,9 @@ def holders(tmp_path, folder, n):
 
 
 def test_processes_racing_for_one_folder_one_holds_it_the_others_are_refused(tmp_path):
-    """#52: the lock is an exclusive create (O_EXCL), which holds on shared filesystems where flock may not.
-    Four processes let go at once: one holds the folder, three are refused in one line naming its holder.
-    Bug caught: a lock file opened without O_EXCL (every process held the folder)."""
+    """#52: the lock is made by a hard link, which fails where the lock exists, on shared filesystems too where
+    flock may not hold. Four processes let go at once: one holds the folder, three are refused in one line naming
+    its holder. Bug caught: a lock made by a create that is not exclusive (every process held the folder)."""
     folder = str(tmp_path / "run")
     procs = holders(tmp_path, folder, 4)
     time.sleep(1.0)  # every interpreter started and waiting
@@ -427,6 +427,32 @@ def test_processes_racing_for_one_folder_one_holds_it_the_others_are_refused(tmp
     for _, _, err in refused:
         assert len(err.splitlines()) == 1 and "in use by another train.py (pid" in err, err
     assert not os.path.exists(folder)  # the holder's lock went with it, and so did the folder it made
+
+
+def test_a_lock_names_its_holder_from_the_instant_it_exists(tmp_path):
+    """A rival that looks while the lock is being made reads who holds it, never an empty file. Checked at each
+    file operation take_lock makes (an audit hook): from the moment the lock is there, it names this process.
+    Bug caught (CI, once in many runs): the lock made empty by an exclusive create and its holder's name written
+    after, so a rival reading in between was refused with no pid."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lock, seen, watching = str(folder / runs.LOCK_NAME), [], [False]
+
+    def look(event, args):
+        if watching[0] and event in ("open", "os.link", "os.remove") and os.path.lexists(lock):
+            watching[0] = False  # reading the lock raises an "open" of its own
+            seen.append((event, runs.lock_owner(lock)))
+            watching[0] = True
+
+    sys.addaudithook(look)  # an audit hook stays for the process; it looks only while `watching`
+    watching[0] = True
+    try:
+        runs.take_lock(str(folder), "train.py")
+    finally:
+        watching[0] = False
+    assert seen, "no file operation after the lock was made"
+    assert all(owner is not None and owner["pid"] == os.getpid() for _, owner in seen), seen
+    assert sorted(os.listdir(folder)) == [runs.LOCK_NAME]  # this process's own claim file went
 
 
 def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path, capsys):
