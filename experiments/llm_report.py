@@ -21,7 +21,7 @@ LABELS = {
     "ft+yarn": f"ft's model read with YaRN x{FACTOR:g} at inference only (fine-tuned without it)",
     "yarn": f"fine-tuned with YaRN x{FACTOR:g}, contiguous positions (\"trained YaRN\")",
     "rpe": "fine-tuned with randomized positions (range 1x -> 2x the sample length), plain RoPE",
-    "ryarn": f"Randomized YaRN: YaRN x{FACTOR:g} + randomized positions, range 1x -> 2x in Paper R's stages",
+    "ryarn": f"Randomized YaRN: YaRN x{FACTOR:g} + randomized positions, range 1x -> 2x in the curriculum's stages (--range-shape paper-r)",
     "ryarn-nocurr": "Randomized YaRN without the curriculum: positions from [0, 2x the sample length) at once",
     "ft-s1": "ft with fine-tuning seed 1 (other samples, in another order)",
     "yarn-s1": "yarn with fine-tuning seed 1 (other samples, in another order)",
@@ -68,8 +68,8 @@ def markdown(data: dict) -> str:
              f"into the weights after training, AdamW lr {LR:g}, float32 (bfloat16 on a GPU), the same samples in "
              f"the same order for every method; loss on the answer tokens only. YaRN x{data['factor']:g} over the "
              f"model's own context of {context} tokens. Randomized positions: sorted distinct ids from [0, M), M = "
-             "the sample length widened to 2x it in Paper R's stages (1, 1.25, 1.5, 2, 2 x), or 2x from the start "
-             "(-nocurr).\n",
+             "the sample length widened to 2x it in the stages a secondary summary gives Paper R (1, 1.25, 1.5, 2, "
+             "2 x), or 2x from the start (-nocurr).\n",
              "**Evaluation**: the same fresh qa1 prompts for every model ("
              + ", ".join(f"{n} at {length} tokens" for length, n in setup["samples"].items())
              + "), contiguous positions, forwards in float32 (bfloat16 autocast on a GPU). The weights are the "
