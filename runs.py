@@ -707,6 +707,16 @@ def launch_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+def wait_for_rank_0(seconds: float = 60.0) -> None:
+    """A rank that keeps quiet about an error every rank finds waits for the launcher to end it: torchrun ends
+    every process once one has failed, so a quiet rank that exited first could have rank 0 ended before it said
+    the error (no line at all on a loaded machine). Rank 0 says it and exits; the launcher's SIGTERM then ends
+    this one quietly, or it exits after `seconds`."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit(2))
+    time.sleep(seconds)
+
+
 def cli_main(program: str, command, argv: list[str] | None = None, alike: bool = False) -> int:
     """The one entry of train.py and eval.py: command(argv), with every way it can end turned into one line
     and an exit status: 0 done; 2 bad input (UsageError), an allocation that failed, or a closed pipe (| head);
@@ -723,6 +733,8 @@ def cli_main(program: str, command, argv: list[str] | None = None, alike: bool =
     except UsageError as e:
         if launch_rank() == 0 or not (alike or e.everywhere):
             print(f"{program}: error: {e}", file=sys.stderr)
+        else:
+            wait_for_rank_0()
         return 2
     except Interrupted as e:  # Ctrl-C inside a training run: its checkpoint is saved
         print(f"{program}: {e}", file=sys.stderr)

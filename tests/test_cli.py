@@ -63,7 +63,7 @@ def test_train_then_eval_round_trip(tmp_path):
     log = [json.loads(line) for line in open(os.path.join(run, "log.jsonl"))]
     assert log[-1]["step"] == 200 and log[-1]["loss"] < log[0]["loss"]
     out = tmp_path / "e.json"
-    evaluated = cli("eval.py", run, "--lengths", "16,32", "--samples", "64", "--json", str(out))
+    evaluated = cli("eval.py", run, "--lengths", "16,32", "--samples", "64", "--threads", "1", "--json", str(out))
     assert evaluated.returncode == 0, evaluated.stderr
     assert "| 16 |" in evaluated.stdout and "| 32 |" in evaluated.stdout
     rows = json.loads(out.read_text())["rows"]
