@@ -45,7 +45,7 @@ METHODS = {"ft": (False, False), "yarn": (True, False), "rpe": (False, True), "r
 # Defaults of an LLM fine-tune where they differ from a small GPT's (train.DEFAULTS).
 DEFAULTS = {"train_len": (512, 512), "steps": 100, "lr": 2e-5, "warmup": 10, "batch": 1}
 # Randomized positions: the range tops out at this multiple of the training sample length, and widens in
-# Paper R's stages (its one reported schedule, 8K -> 10K -> 12K -> 16K -> 16K for data under 8K).
+# the stages a secondary digest gives Paper R (8K -> 10K -> 12K -> 16K -> 16K for data under 8K).
 RANGE, RANGE_SHAPE = 2.0, "paper-r"
 
 

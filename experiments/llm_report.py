@@ -68,7 +68,7 @@ def markdown(data: dict) -> str:
              f"into the weights after training, AdamW lr {LR:g}, float32 (bfloat16 on a GPU), the same samples in "
              f"the same order for every method; loss on the answer tokens only. YaRN x{data['factor']:g} over the "
              f"model's own context of {context} tokens. Randomized positions: sorted distinct ids from [0, M), M = "
-             "the sample length widened to 2x it in the stages a secondary summary gives Paper R (1, 1.25, 1.5, 2, "
+             "the sample length widened to 2x it in the stages a secondary digest gives Paper R (1, 1.25, 1.5, 2, "
              "2 x), or 2x from the start (-nocurr).\n",
              "**Evaluation**: the same fresh qa1 prompts for every model ("
              + ", ".join(f"{n} at {length} tokens" for length, n in setup["samples"].items())

@@ -120,7 +120,7 @@ YARN_READ = ("zero-shot+yarn", "ft+yarn", "yarn", "ryarn")  # the arms read with
 
 def method_flags(method: str, setup: dict, top: int | None = None) -> list[str]:
     """train.py flags of a fine-tuning method; `top`: where rpe's and ryarn's position range ends (default: the
-    first of setup["ranges"]); the range widens from L_ft in Paper R's stages."""
+    first of setup["ranges"]); the range widens from L_ft in the stages of --range-shape paper-r."""
     top = top or setup["ranges"][0]
     yarn = ["--scaling", "yarn", "--factor", str(setup["factor"]), "--original-len", str(setup["pre_len"][1])]
     curriculum = ["--positions", "randomized", "--curriculum", f"{setup['ft_len'][1]}:{top}:paper-r"]

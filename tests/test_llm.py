@@ -71,7 +71,7 @@ def fine_tune(tiny_llm, out, *args):
 
 def test_ryarn_feeds_paper_r_range_and_saves_yarn(tiny_llm, tmp_path):
     """Bugs caught: positions outside [0, range x length), unsorted or repeated; a curriculum that does not
-    follow Paper R's stages (1, 1.25, 1.5, 2, 2 x the sample length) or never holds its top; a saved model
+    follow the paper-r stages (1, 1.25, 1.5, 2, 2 x the sample length) or never holds its top; a saved model
     whose config is not the YaRN it was trained with."""
     out, n, steps = str(tmp_path / "ryarn"), 128, 10
     seen = fine_tune(tiny_llm, out, "--method", "ryarn", "--factor", "4", "--train-len", str(n), "--steps", str(steps))
