@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import math
@@ -31,6 +32,7 @@ import signal
 import socket
 import stat
 import sys
+import tempfile
 import threading
 import time
 
@@ -319,25 +321,48 @@ def lock_stale(path: str, owner: dict | None) -> str | None:
     return f"untouched for {age:.0f} s (more than {LOCK_STALE_S:.0f})" if age > LOCK_STALE_S else None
 
 
+def place_lock(claim: str, lock: str, me: str) -> bool:
+    """Make `lock` a hard link of `claim` (a file holding `me`, written whole): True if this made it, False if
+    it was there. NFS may answer a link that it made, then retried, with "exists": the claim's second link
+    tells. Where the filesystem has no hard links (vfat, some FUSE mounts) an exclusive create, written at once,
+    stands in (a rival may then read it empty for an instant)."""
+    try:
+        os.link(claim, lock)
+        return True
+    except FileExistsError:
+        return os.stat(claim).st_nlink > 1
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+    try:
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(me)
+    return True
+
+
 def take_lock(out: str, holder: str) -> str:
     """Make out/.lengen.lock naming this host and process, or say in one line who holds it. A stale lock is taken
     over under a second exclusive file (.lengen.lock.break), so that of two processes finding it stale at once
     only one replaces it; the other sees the new holder."""
     lock = os.path.join(out, LOCK_NAME)
     me = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "holder": holder})
-    claim = f"{lock}.{socket.gethostname()}.{os.getpid()}"  # this process's own name: written whole, then linked
-    with open(claim, "w", encoding="utf-8") as f:
-        f.write(me)
-        f.flush()
-        os.fsync(f.fileno())
+    claim = None
     try:
+        fd, claim = tempfile.mkstemp(dir=out, prefix=LOCK_NAME + ".claim.")  # a name of its own, made anew
+        os.fchmod(fd, 0o644)  # readable by all, as the lock it becomes
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(me)
+            f.flush()
+            os.fsync(f.fileno())
         for _ in range(3):  # a lock released or broken as we look is tried again
-            try:
-                os.link(claim, lock)
+            if place_lock(claim, lock, me):
                 return me
-            except FileExistsError:
-                pass
             owner = lock_owner(lock)
+            if owner is None and not os.path.lexists(lock):  # released as we looked
+                continue
             why = lock_stale(lock, owner)
             if why is None:
                 who = f"{owner.get('holder', 'command')} (pid {owner['pid']} on {owner['host']})" if owner else holder
@@ -353,12 +378,14 @@ def take_lock(out: str, holder: str) -> str:
             try:
                 if lock_owner(lock) == owner and lock_stale(lock, owner):  # still the lock judged stale
                     print(f"{out}: taking over a stale lock ({why})", file=sys.stderr)
-                    os.remove(lock)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(lock)
             finally:
                 os.remove(breaker)
     finally:
-        with contextlib.suppress(OSError):
-            os.remove(claim)
+        if claim:
+            with contextlib.suppress(OSError):
+                os.remove(claim)
     raise UsageError(f"{out} is in use by another {holder}; wait for it to finish")
 
 
@@ -733,7 +760,7 @@ def cli_main(program: str, command, argv: list[str] | None = None, alike: bool =
     except UsageError as e:
         if launch_rank() == 0 or not (alike or e.everywhere):
             print(f"{program}: error: {e}", file=sys.stderr)
-        else:
+        elif os.environ.get("GROUP_RANK", "0") == "0":  # rank 0 on this node: the launcher here ends this one
             wait_for_rank_0()
         return 2
     except Interrupted as e:  # Ctrl-C inside a training run: its checkpoint is saved

@@ -4,6 +4,7 @@ run's own files never overwritten by eval.py, a diverged LLM fine-tune saving no
 and a peak FLOP rate that must be a number > 0; round four (#53, at the end): swaps cut short by a kill or a
 failed rename, diverged first steps, --json and --plot onto what is not a plain file. Each test was watched failing
 with its fix taken out."""
+import errno
 import json
 import os
 import shutil
@@ -452,22 +453,28 @@ import sys
 sys.path.insert(0, {root!r})
 import runs
 def refuse(argv):
+    open({marker!r}, "w").close()
     raise runs.UsageError("refused alike by every rank")
 sys.exit(runs.cli_main("train.py", refuse, [], alike=True))
 """
 
 
 @pytest.mark.parametrize("rank", ["0", "1"])
-def test_a_rank_quiet_about_an_error_every_rank_finds_waits_for_the_launcher_to_end_it(rank):
+def test_a_rank_quiet_about_an_error_every_rank_finds_waits_for_the_launcher_to_end_it(rank, tmp_path):
     """Under torchrun, rank 0 alone says an error every rank finds; the launcher ends every process once one has
     failed. Rank 1 must not exit first: rank 0 could be ended before it said the error (a torchrun test saw no
     line at all on a loaded machine). Rank 1 stays until ended (the launcher's SIGTERM), then exits 2 saying
     nothing; rank 0 says its line and exits at once. Bug caught: a quiet rank exiting at once."""
-    proc = subprocess.Popen([sys.executable, "-c", QUIET_RANK.format(root=ROOT)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "RANK": rank, "WORLD_SIZE": "2"})
+    marker = tmp_path / "refused"
+    proc = subprocess.Popen([sys.executable, "-c", QUIET_RANK.format(root=ROOT, marker=str(marker))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "RANK": rank, "WORLD_SIZE": "2"})
     if rank == "1":
+        deadline = time.time() + 120  # importing runs (torch) takes seconds on a loaded machine
+        while not marker.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
         with pytest.raises(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)  # importing runs (torch) and refusing take a few seconds at most
+            proc.wait(timeout=2)  # refused, and still there
         proc.send_signal(signal.SIGTERM)
     code, (out, err) = proc.wait(timeout=60), proc.communicate()
     assert code == 2 and out == "", (code, err)
@@ -498,6 +505,27 @@ def test_a_lock_names_its_holder_from_the_instant_it_exists(tmp_path):
     assert seen, "no file operation after the lock was made"
     assert all(owner is not None and owner["pid"] == os.getpid() for _, owner in seen), seen
     assert sorted(os.listdir(folder)) == [runs.LOCK_NAME]  # this process's own claim file went
+
+
+@pytest.mark.parametrize("link", ["none on this filesystem", "made, then answered exists (NFS)"])
+def test_a_lock_is_taken_where_hard_links_fail_or_lie(tmp_path, monkeypatch, link):
+    """Where the filesystem has no hard links (vfat, some FUSE mounts) the lock is an exclusive create instead;
+    where NFS answers a link it made with "exists", the claim's second link shows it is ours. Either way this
+    process holds the folder, the lock names it, and no claim is left. Bugs caught: every run refused where
+    os.link is not permitted; a process refusing itself, named in its own lock."""
+    real_link = os.link
+
+    def fake_link(src, dst):
+        if link.startswith("none"):
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        real_link(src, dst)
+        raise FileExistsError(errno.EEXIST, "File exists")
+    monkeypatch.setattr(runs.os, "link", fake_link)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    me = runs.take_lock(str(folder), "train.py")
+    assert runs.lock_owner(str(folder / runs.LOCK_NAME)) == json.loads(me)
+    assert os.listdir(folder) == [runs.LOCK_NAME]
 
 
 def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path, capsys):
