@@ -259,12 +259,13 @@ POSITION_SAMPLERS = {"contiguous": contiguous_positions, "randomized": randomize
 class LengthCurriculum:
     """The range positions are drawn from, widened during training: curriculum(step) -> max_position.
 
-    Randomized YaRN (arXiv 2606.23687) grows it from the training length to about twice it, so the model
+    Randomized YaRN (arXiv 2606.23687) grows it from the training length to a larger range, so the model
     meets far-away positions only after it has learned the task nearby. The curriculum a secondary summary of
-    it reports, for data under 8K tokens: 8K -> 10K -> 12K -> 16K -> 16K, five equal stages at 0, 1/4, 1/2, 1 and 1 of the way
-    from start to end, so the last two fifths hold the top ("paper-r"). "linear" grows evenly, "step" climbs
-    `stages` equal stairs, the last at `end`, "cosine" slowly at both ends. Every shape equals start at step
-    0 and end from `steps` on. (A shape is how the range grows; a rotary "scaling" above is something else.)"""
+    it reports, for data under 8K tokens: 8K -> 10K -> 12K -> 16K -> 16K, five equal stages at 0, 1/4, 1/2, 1
+    and 1 of the way from start to end, so the last two fifths hold the top ("paper-r"). "linear" grows
+    evenly, "step" climbs `stages` equal stairs, the last at `end`, "cosine" slowly at both ends. Every shape
+    equals start at step 0 and end from `steps` on. (A shape is how the range grows; a rotary "scaling" above
+    is something else.)"""
 
     SHAPES = ("paper-r", "linear", "step", "cosine")
     PAPER_R_STAGES = (0.0, 0.25, 0.5, 1.0, 1.0)  # 8K, 10K, 12K, 16K, 16K as fractions of the way 8K -> 16K

@@ -185,7 +185,8 @@ def fine_tune_argv(method: str, setup: dict, root: str, args) -> list[str]:
     argv += ["--fit-prompts", str(setup["fit_prompts"])] if "fit_prompts" in setup else []
     argv += [] if setup.get("fit_stop", True) else ["--no-fit-stop"]
     argv += ["--factor", str(FACTOR)] if "yarn" in method else []
-    argv += ["--range", f"{setup['range']:g}"] if "range" in setup and name.removesuffix("-nocurr") in ("rpe", "ryarn") else []
+    randomized = name.removesuffix("-nocurr") in ("rpe", "ryarn")
+    argv += ["--range", f"{setup['range']:g}"] if "range" in setup and randomized else []
     argv += ["--no-curriculum"] if name.endswith("-nocurr") else []
     return argv + (["--threads", str(args.threads)] if args.threads else [])
 

