@@ -389,6 +389,25 @@ def take_lock(out: str, holder: str) -> str:
     raise UsageError(f"{out} is in use by another {holder}; wait for it to finish")
 
 
+HELD: dict[str, str] = {}  # the locks this process holds (hold), each with what it wrote in it
+
+
+def release(lock: str) -> None:
+    """Remove a lock this process holds, if it is still ours (not broken by another host that thought us gone)."""
+    me = HELD.pop(lock, None)
+    if me is not None and lock_owner(lock) == json.loads(me):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(lock)
+
+
+def release_held() -> None:
+    """Every lock this process holds released: for a process about to end at once (os._exit, a --jobs worker
+    told to stop), whose `hold` blocks will not finish, so that no run folder is left locked by it."""
+    for lock in list(HELD):
+        with contextlib.suppress(OSError):
+            release(lock)
+
+
 @contextlib.contextmanager
 def hold(out: str, holder: str = "train.py"):
     """Hold the run folder `out` while the block runs: a second train.py on it, on this machine or another that
@@ -413,6 +432,7 @@ def hold(out: str, holder: str = "train.py"):
     lock, done = os.path.join(out, LOCK_NAME), threading.Event()
     beat = threading.Thread(target=touch_while, args=(lock, done), daemon=True)
     beat.start()
+    HELD[lock] = me
     try:
         tidy(out)
         yield
@@ -420,8 +440,7 @@ def hold(out: str, holder: str = "train.py"):
         done.set()
         beat.join()
         tidy(out, entering=False)
-        if lock_owner(lock) == json.loads(me):  # still ours (not broken by another host that thought us gone)
-            os.remove(lock)
+        release(lock)
         if made and not os.listdir(out):  # a run that never started leaves no folder behind
             os.rmdir(out)
 

@@ -44,7 +44,8 @@ from tqdm import tqdm
 import train
 from eval import experiment_names, pyplot, sample_sd, save_figure
 from experiments.stats import FIT_BAR
-from runs import Interrupted, UsageError, code_digest, hold, read_fit, save_atomic, signals_deferred
+from runs import (Interrupted, UsageError, code_digest, hold, read_fit, release_held, save_atomic,
+                  signals_deferred)
 
 # ---------------------------------------------------------------------------------------------------------
 # Figures: one colour per method, fixed across panels; bands over seeds
@@ -501,7 +502,7 @@ def worker_setup(threads: int, parent: int) -> None:
     defers it), which finishes and saves its checkpoint first (run_job then ends the worker)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C that came while it started (start_workers) is dropped
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(130))
+    signal.signal(signal.SIGTERM, lambda *_: (release_held(), os._exit(130)))  # no run folder left locked
     torch.set_num_threads(threads)
     threading.Thread(target=stop_when_orphaned, args=(parent, threading.main_thread().ident), daemon=True).start()
 

@@ -528,6 +528,33 @@ def test_a_lock_is_taken_where_hard_links_fail_or_lie(tmp_path, monkeypatch, lin
     assert os.listdir(folder) == [runs.LOCK_NAME]
 
 
+STOPPED_WORKER = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+import runs
+from experiments import common
+common.worker_setup(1, os.getppid())
+with runs.hold({folder!r}):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_worker_told_to_stop_leaves_no_run_folder_locked(tmp_path):
+    """An experiment's Ctrl-C ends its --jobs workers at once (SIGTERM, os._exit): their `hold` blocks never
+    finish. A worker releases the locks it holds first, so the next run, from this host or another, finds the
+    folder free. Bug caught: every folder a worker held left locked (from another host, for LOCK_STALE_S)."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    worker = subprocess.Popen([sys.executable, "-c", STOPPED_WORKER.format(root=ROOT, folder=str(folder))],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert worker.stdout.readline() == "held\n"
+    assert os.listdir(folder) == [runs.LOCK_NAME]
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 130, worker.stderr.read()
+    assert os.listdir(folder) == []
+
+
 def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path, capsys):
     """#52: a process killed outright (kill -9, a node lost) cannot remove its lock file. On the same host the lock
     names a process that is gone: the next train.py says so in one line and trains. Bug caught: a stale lock
