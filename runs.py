@@ -291,6 +291,7 @@ def build_folder(out: str) -> str:
 LOCK_NAME = ".lengen.lock"
 LOCK_BEAT_S = 60.0
 LOCK_STALE_S = 600.0  # ten missed beats: more than a shared filesystem's clock skew or a stalled write
+HELD: dict[str, str] = {}  # the locks this process holds (take_lock), each with what it wrote in it
 
 
 def lock_owner(path: str) -> dict | None:
@@ -359,6 +360,7 @@ def take_lock(out: str, holder: str) -> str:
             os.fsync(f.fileno())
         for _ in range(3):  # a lock released or broken as we look is tried again
             if place_lock(claim, lock, me):
+                HELD[lock] = me  # held from this instant: released by hold's end, or by release_held
                 return me
             owner = lock_owner(lock)
             if owner is None and not os.path.lexists(lock):  # released as we looked
@@ -387,9 +389,6 @@ def take_lock(out: str, holder: str) -> str:
             with contextlib.suppress(OSError):
                 os.remove(claim)
     raise UsageError(f"{out} is in use by another {holder}; wait for it to finish")
-
-
-HELD: dict[str, str] = {}  # the locks this process holds (hold), each with what it wrote in it
 
 
 def release(lock: str) -> None:
@@ -421,7 +420,7 @@ def hold(out: str, holder: str = "train.py"):
     made = not os.path.lexists(out)
     try:
         os.makedirs(out, exist_ok=True)
-        me = take_lock(out, holder)
+        take_lock(out, holder)
     except (OSError, UsageError) as e:  # a file where the folder should be, a read-only folder; held already
         if made:  # left as it was (a process racing this one may have made it and hold it: then it stays)
             with contextlib.suppress(OSError):
@@ -432,7 +431,6 @@ def hold(out: str, holder: str = "train.py"):
     lock, done = os.path.join(out, LOCK_NAME), threading.Event()
     beat = threading.Thread(target=touch_while, args=(lock, done), daemon=True)
     beat.start()
-    HELD[lock] = me
     try:
         tidy(out)
         yield
