@@ -2,8 +2,8 @@
 
 - Every file is written to a temporary name, flushed to the disk and renamed over the old one (save_atomic):
   a kill or a power cut leaves the old file or the new one, never a part of one.
-- A run is held while it trains (hold): a second train.py on the same folder, on this machine or on another
-  node of a cluster that shares the filesystem, is turned away in one line.
+- A run is held while it trains (hold; the lock itself is folder_lock.py): a second train.py on the same
+  folder, on this machine or on another node of a cluster that shares the filesystem, is turned away in one line.
 - --force builds the new run beside the old one and swaps it in only once it is whole (prepare_run_dir,
   swap_in): a new run that fails to start leaves the old one exactly as it was, and a swap that a kill cuts
   short is finished by the next command on the folder (finish_swap). Weights that are not finite are never saved.
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import errno
 import hashlib
 import json
 import math
@@ -29,14 +28,14 @@ import re
 import resource
 import shutil
 import signal
-import socket
 import stat
 import sys
-import tempfile
 import threading
 import time
 
 import torch
+
+from folder_lock import LOCK_NAME, Busy, beating, release, take_lock
 
 
 class UsageError(Exception):
@@ -241,7 +240,7 @@ def code_digest() -> str:
     """sha256 of the code a small GPT's training runs: a run trained by older code is trained again."""
     digest = hashlib.sha256()
     root = os.path.dirname(os.path.abspath(__file__))
-    for name in ("lengen.py", "tasks.py", "train.py", "eval.py", "runs.py"):
+    for name in ("lengen.py", "tasks.py", "train.py", "eval.py", "runs.py", "folder_lock.py"):
         with open(os.path.join(root, name), "rb") as f:
             digest.update(f.read())
     return digest.hexdigest()
@@ -279,176 +278,35 @@ def build_folder(out: str) -> str:
     return os.path.join(real, SWAP["new"]) if os.path.isdir(real) else beside(real, "new")
 
 
-# The lock of a run folder is a file inside it, made by a hard link of a file already holding its holder's name
-# (host, pid): the link either makes the lock or fails because it exists, and that holds on a shared filesystem
-# (NFS, Lustre, GPFS) where fcntl.flock may be node-local or off, so that two nodes of a cluster could both have
-# trained into one folder. Made whole by the link, the lock names its holder from the instant it exists: a rival
-# never reads an empty one. Inside the folder, not beside it: one folder reached under two names (a symlink, a
-# bind mount, another node's mount point) has one lock. A process killed outright leaves its file behind, so the
-# file names its holder: on the same host a lock whose process is gone is stale; from another host, whose
-# processes cannot be seen, a lock its holder has not touched for LOCK_STALE_S seconds is (the holder touches it
-# every LOCK_BEAT_S while it runs).
-LOCK_NAME = ".lengen.lock"
-LOCK_BEAT_S = 60.0
-LOCK_STALE_S = 600.0  # ten missed beats: more than a shared filesystem's clock skew or a stalled write
-HELD: dict[str, str] = {}  # the locks this process holds (take_lock), each with what it wrote in it
-
-
-def lock_owner(path: str) -> dict | None:
-    """What a lock file says of its holder ({"host", "pid", "holder"}), or None when it cannot be read (it went
-    as we looked, or it is not one take_lock made: then only its age tells)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            owner = json.load(f)
-        return owner if isinstance(owner, dict) and {"host", "pid"} <= set(owner) else None
-    except (OSError, ValueError):
-        return None
-
-
-def lock_stale(path: str, owner: dict | None) -> str | None:
-    """Why the lock at `path` is left over from a holder that is gone (a line), or None while it may be alive."""
-    if owner and owner["host"] == socket.gethostname():
-        try:
-            os.kill(owner["pid"], 0)
-        except ProcessLookupError:
-            return f"its process {owner['pid']} on {owner['host']} is gone"
-        except (PermissionError, OverflowError, TypeError):  # alive under another user; a pid no process has
-            pass
-        return None
-    try:
-        age = time.time() - os.stat(path).st_mtime
-    except FileNotFoundError:
-        return "it was released"
-    return f"untouched for {age:.0f} s (more than {LOCK_STALE_S:.0f})" if age > LOCK_STALE_S else None
-
-
-def place_lock(claim: str, lock: str, me: str) -> bool:
-    """Make `lock` a hard link of `claim` (a file holding `me`, written whole): True if this made it, False if
-    it was there. NFS may answer a link that it made, then retried, with "exists": the claim's second link
-    tells. Where the filesystem has no hard links (vfat, some FUSE mounts) an exclusive create, written at once,
-    stands in (a rival may then read it empty for an instant)."""
-    try:
-        os.link(claim, lock)
-        return True
-    except FileExistsError:
-        return os.stat(claim).st_nlink > 1
-    except OSError as e:
-        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS):
-            raise
-    try:
-        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w") as f:
-        f.write(me)
-    return True
-
-
-def take_lock(out: str, holder: str) -> str:
-    """Make out/.lengen.lock naming this host and process, or say in one line who holds it. A stale lock is taken
-    over under a second exclusive file (.lengen.lock.break), so that of two processes finding it stale at once
-    only one replaces it; the other sees the new holder."""
-    lock = os.path.join(out, LOCK_NAME)
-    me = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "holder": holder})
-    claim = None
-    try:
-        fd, claim = tempfile.mkstemp(dir=out, prefix=LOCK_NAME + ".claim.")  # a name of its own, made anew
-        os.fchmod(fd, 0o644)  # readable by all, as the lock it becomes
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(me)
-            f.flush()
-            os.fsync(f.fileno())
-        for _ in range(3):  # a lock released or broken as we look is tried again
-            if place_lock(claim, lock, me):
-                HELD[lock] = me  # held from this instant: released by hold's end, or by release_held
-                return me
-            owner = lock_owner(lock)
-            if owner is None and not os.path.lexists(lock):  # released as we looked
-                continue
-            why = lock_stale(lock, owner)
-            if why is None:
-                who = f"{owner.get('holder', 'command')} (pid {owner['pid']} on {owner['host']})" if owner else holder
-                raise UsageError(f"{out} is in use by another {who}; wait for it to finish, or delete {lock} if "
-                                 "nothing holds it")
-            breaker = lock + ".break"
-            try:
-                os.close(os.open(breaker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-            except FileExistsError:  # another process is taking it over now; one left by a killed one is old
-                if time.time() - os.stat(breaker).st_mtime > LOCK_BEAT_S:
-                    os.remove(breaker)
-                continue
-            try:
-                if lock_owner(lock) == owner and lock_stale(lock, owner):  # still the lock judged stale
-                    print(f"{out}: taking over a stale lock ({why})", file=sys.stderr)
-                    with contextlib.suppress(FileNotFoundError):
-                        os.remove(lock)
-            finally:
-                os.remove(breaker)
-    finally:
-        if claim:
-            with contextlib.suppress(OSError):
-                os.remove(claim)
-    raise UsageError(f"{out} is in use by another {holder}; wait for it to finish")
-
-
-def release(lock: str) -> None:
-    """Remove a lock this process holds, if it is still ours (not broken by another host that thought us gone)."""
-    me = HELD.pop(lock, None)
-    if me is not None and lock_owner(lock) == json.loads(me):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(lock)
-
-
-def release_held() -> None:
-    """Every lock this process holds released: for a process about to end at once (os._exit, a --jobs worker
-    told to stop), whose `hold` blocks will not finish, so that no run folder is left locked by it."""
-    for lock in list(HELD):
-        with contextlib.suppress(OSError):
-            release(lock)
-
-
 @contextlib.contextmanager
 def hold(out: str, holder: str = "train.py"):
     """Hold the run folder `out` while the block runs: a second train.py on it, on this machine or another that
     shares the filesystem, is turned away in one line instead of racing this one for its files (`holder` names
-    the command in that line). The lock is out/.lengen.lock (take_lock), touched every LOCK_BEAT_S while the
-    block runs. `out` is made for it if it is not there, and removed again if the block leaves it empty. What a
-    process killed outright leaves is put right on the way in (tidy: a swap cut short finished, a half-built new
-    run and *.tmp files cleared); this process's own on the way out."""
+    the command in that line). The lock is out/.lengen.lock (folder_lock.take_lock), touched every LOCK_BEAT_S
+    while the block runs. `out` is made for it if it is not there, and removed again if the block leaves it
+    empty. What a process killed outright leaves is put right on the way in (tidy: a swap cut short finished, a
+    half-built new run and *.tmp files cleared); this process's own on the way out."""
     if os.path.islink(out) and not os.path.exists(out):  # its lock would be made where the link points
         raise UsageError(f"cannot write to {out}: a symlink to nothing")
     made = not os.path.lexists(out)
     try:
         os.makedirs(out, exist_ok=True)
         take_lock(out, holder)
-    except (OSError, UsageError) as e:  # a file where the folder should be, a read-only folder; held already
+    except (OSError, Busy) as e:  # a file where the folder should be, a read-only folder; held already
         if made:  # left as it was (a process racing this one may have made it and hold it: then it stays)
             with contextlib.suppress(OSError):
                 os.rmdir(out)
-        if isinstance(e, UsageError):
-            raise
-        raise UsageError(f"cannot write to {out}: {e.strerror}") from None
-    lock, done = os.path.join(out, LOCK_NAME), threading.Event()
-    beat = threading.Thread(target=touch_while, args=(lock, done), daemon=True)
-    beat.start()
+        raise UsageError(str(e) if isinstance(e, Busy) else f"cannot write to {out}: {e.strerror}") from None
+    lock = os.path.join(out, LOCK_NAME)
     try:
-        tidy(out)
-        yield
+        with beating(lock):
+            tidy(out)
+            yield
     finally:
-        done.set()
-        beat.join()
         tidy(out, entering=False)
         release(lock)
         if made and not os.listdir(out):  # a run that never started leaves no folder behind
             os.rmdir(out)
-
-
-def touch_while(lock: str, done: threading.Event) -> None:
-    """The lock's heartbeat: its time stamp renewed every LOCK_BEAT_S until `done`, so that another host can
-    tell a held lock from one left by a holder that died (lock_stale)."""
-    while not done.wait(LOCK_BEAT_S):
-        with contextlib.suppress(OSError):
-            os.utime(lock)
 
 
 def tidy(out: str, entering: bool = True) -> None:

@@ -44,8 +44,8 @@ from tqdm import tqdm
 import train
 from eval import experiment_names, pyplot, sample_sd, save_figure
 from experiments.stats import FIT_BAR
-from runs import (Interrupted, UsageError, code_digest, hold, read_fit, release_held, save_atomic,
-                  signals_deferred)
+from folder_lock import release_held
+from runs import Interrupted, UsageError, code_digest, hold, read_fit, save_atomic, signals_deferred
 
 # ---------------------------------------------------------------------------------------------------------
 # Figures: one colour per method, fixed across panels; bands over seeds

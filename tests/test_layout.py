@@ -3,6 +3,7 @@
 library or the tasks import reaches the experiments. Read from the source, without running it."""
 import ast
 import os
+import sys
 
 import pytest
 
@@ -58,11 +59,19 @@ def test_a_report_reads_its_study_and_is_read_by_nothing_below_the_runner(name):
 
 
 def test_the_library_never_reaches_the_experiments():
-    """lengen, tasks, text_tasks, runs, dist, hf, finetune and train import no experiment; eval.py imports one
-    module of them, experiments.common, late, inside the command that asks for an experiment."""
-    for path in ("lengen.py", "tasks.py", "text_tasks.py", "runs.py", "dist.py", "hf.py", "finetune.py", "train.py"):
+    """lengen, tasks, text_tasks, runs, folder_lock, dist, hf, finetune and train import no experiment; eval.py
+    imports one module of them, experiments.common, late, inside the command that asks for an experiment."""
+    for path in ("lengen.py", "tasks.py", "text_tasks.py", "runs.py", "folder_lock.py", "dist.py", "hf.py",
+                 "finetune.py", "train.py"):
         assert not {m for m in imports(path) if m.startswith("experiments")}, path
     assert {m for m in imports("eval.py") if m.startswith("experiments")} == {"experiments.common"}
     with open(os.path.join(ROOT, "eval.py"), encoding="utf-8") as f:
         top = [n for n in ast.parse(f.read()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert not [n for n in top if "experiments" in ast.dump(n)], "experiments are imported only when asked for"
+
+
+def test_the_folder_lock_takes_the_standard_library_alone():
+    """folder_lock.py is copied into other projects as it is. Bug caught: it reaching for runs.UsageError (or
+    torch), so that a copy fails on import."""
+    found = {m.split(".")[0] for m in imports("folder_lock.py")}
+    assert found <= set(sys.stdlib_module_names) | {"__future__"}, found - set(sys.stdlib_module_names)

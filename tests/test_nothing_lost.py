@@ -18,6 +18,7 @@ import uuid
 import pytest
 import torch
 
+import folder_lock
 import runs
 import train
 from test_cli import ROOT, TINY, in_process, set_steps, weights
@@ -488,23 +489,23 @@ def test_a_lock_names_its_holder_from_the_instant_it_exists(tmp_path):
     after, so a rival reading in between was refused with no pid."""
     folder = tmp_path / "run"
     folder.mkdir()
-    lock, seen, watching = str(folder / runs.LOCK_NAME), [], [False]
+    lock, seen, watching = str(folder / folder_lock.LOCK_NAME), [], [False]
 
     def look(event, args):
         if watching[0] and event in ("open", "os.link", "os.remove") and os.path.lexists(lock):
             watching[0] = False  # reading the lock raises an "open" of its own
-            seen.append((event, runs.lock_owner(lock)))
+            seen.append((event, folder_lock.lock_owner(lock)))
             watching[0] = True
 
     sys.addaudithook(look)  # an audit hook stays for the process; it looks only while `watching`
     watching[0] = True
     try:
-        runs.take_lock(str(folder), "train.py")
+        folder_lock.take_lock(str(folder), "train.py")
     finally:
         watching[0] = False
     assert seen, "no file operation after the lock was made"
     assert all(owner is not None and owner["pid"] == os.getpid() for _, owner in seen), seen
-    assert sorted(os.listdir(folder)) == [runs.LOCK_NAME]  # this process's own claim file went
+    assert sorted(os.listdir(folder)) == [folder_lock.LOCK_NAME]  # this process's own claim file went
 
 
 @pytest.mark.parametrize("link", ["none on this filesystem", "made, then answered exists (NFS)"])
@@ -520,12 +521,12 @@ def test_a_lock_is_taken_where_hard_links_fail_or_lie(tmp_path, monkeypatch, lin
             raise PermissionError(errno.EPERM, "Operation not permitted")
         real_link(src, dst)
         raise FileExistsError(errno.EEXIST, "File exists")
-    monkeypatch.setattr(runs.os, "link", fake_link)
+    monkeypatch.setattr(folder_lock.os, "link", fake_link)
     folder = tmp_path / "run"
     folder.mkdir()
-    me = runs.take_lock(str(folder), "train.py")
-    assert runs.lock_owner(str(folder / runs.LOCK_NAME)) == json.loads(me)
-    assert os.listdir(folder) == [runs.LOCK_NAME]
+    me = folder_lock.take_lock(str(folder), "train.py")
+    assert folder_lock.lock_owner(str(folder / folder_lock.LOCK_NAME)) == json.loads(me)
+    assert os.listdir(folder) == [folder_lock.LOCK_NAME]
 
 
 STOPPED_WORKER = """
@@ -549,7 +550,7 @@ def test_a_worker_told_to_stop_leaves_no_run_folder_locked(tmp_path):
     worker = subprocess.Popen([sys.executable, "-c", STOPPED_WORKER.format(root=ROOT, folder=str(folder))],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert worker.stdout.readline() == "held\n"
-    assert os.listdir(folder) == [runs.LOCK_NAME]
+    assert os.listdir(folder) == [folder_lock.LOCK_NAME]
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=60) == 130, worker.stderr.read()
     assert os.listdir(folder) == []
@@ -565,12 +566,12 @@ def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path, capsys):
     assert proc.stdout.readline() == "held\n"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
-    assert os.path.exists(os.path.join(folder, runs.LOCK_NAME))  # what a killed holder leaves
+    assert os.path.exists(os.path.join(folder, folder_lock.LOCK_NAME))  # what a killed holder leaves
     assert train.main([*RUN, "--out", folder]) == 0
     err = capsys.readouterr().err
     assert f"taking over a stale lock (its process {proc.pid} on" in err and "is gone" in err, err
     assert os.path.isfile(os.path.join(folder, "checkpoint.pt"))
-    assert not os.path.exists(os.path.join(folder, runs.LOCK_NAME))
+    assert not os.path.exists(os.path.join(folder, folder_lock.LOCK_NAME))
 
 
 def test_a_lock_from_another_host_is_stale_only_once_its_holder_stops_touching_it(tmp_path, capsys):
@@ -579,26 +580,59 @@ def test_a_lock_from_another_host_is_stale_only_once_its_holder_stops_touching_i
     judged by a pid of this host (taken over while held); one never judged stale."""
     folder = tmp_path / "run"
     folder.mkdir()
-    lock = folder / runs.LOCK_NAME
+    lock = folder / folder_lock.LOCK_NAME
     lock.write_text(json.dumps({"host": "another-node.invalid", "pid": os.getpid() + 10 ** 7, "holder": "train.py"}))
     assert train.main([*RUN, "--out", str(folder)]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "in use by another train.py (pid" in err and "another-node" in err, err
-    assert os.listdir(folder) == [runs.LOCK_NAME]  # nothing written
-    old = time.time() - runs.LOCK_STALE_S - 60
+    assert os.listdir(folder) == [folder_lock.LOCK_NAME]  # nothing written
+    old = time.time() - folder_lock.LOCK_STALE_S - 60
     os.utime(lock, (old, old))
     assert train.main([*RUN, "--out", str(folder)]) == 0
     assert "taking over a stale lock (untouched for" in capsys.readouterr().err
     assert not lock.exists() and (folder / "checkpoint.pt").exists()
 
 
+COPIED_LOCK = """
+import os, sys
+import folder_lock as fl
+out = sys.argv[1]
+lock = os.path.join(out, fl.LOCK_NAME)
+fl.take_lock(out, "my-trainer")
+try:
+    with fl.beating(lock):
+        try:  # a second taker (here this same process, alive) is refused
+            fl.take_lock(out, "my-trainer")
+        except fl.Busy as e:
+            print(e)
+finally:
+    fl.release(lock)
+fl.take_lock(out, "my-trainer")
+print(sorted(os.listdir(out)))
+"""
+
+
+def test_the_folder_lock_copied_alone_holds_a_folder(tmp_path):
+    """folder_lock.py copied into another project works as its docstring shows, on the standard library alone
+    (python -S: no site packages, so no torch). Bugs caught: a copy that fails on import (it reaching for runs or
+    torch); a second taker not refused, or refused without its holder's name; a lock left after release."""
+    shutil.copy(os.path.join(ROOT, "folder_lock.py"), tmp_path / "folder_lock.py")
+    (tmp_path / "run").mkdir()
+    done = subprocess.run([sys.executable, "-S", "-c", COPIED_LOCK, str(tmp_path / "run")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    busy, listing = done.stdout.splitlines()
+    assert busy.startswith(f"{tmp_path / 'run'} is in use by another my-trainer (pid "), busy
+    assert listing == f"[{folder_lock.LOCK_NAME!r}]", listing  # one lock, taken again after release; no claims
+
+
 def test_a_held_lock_is_touched_so_another_host_sees_it_alive(tmp_path, monkeypatch):
     """Bug caught: a heartbeat that never renews the lock's time, so a run longer than LOCK_STALE_S would be taken
     over by another node while it trains."""
-    monkeypatch.setattr(runs, "LOCK_BEAT_S", 0.05)
+    monkeypatch.setattr(folder_lock, "LOCK_BEAT_S", 0.05)
     folder = str(tmp_path / "run")
     with runs.hold(folder):
-        lock = os.path.join(folder, runs.LOCK_NAME)
+        lock = os.path.join(folder, folder_lock.LOCK_NAME)
         os.utime(lock, (0, 0))
         time.sleep(0.5)
         assert time.time() - os.stat(lock).st_mtime < 5
