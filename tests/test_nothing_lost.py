@@ -316,7 +316,7 @@ def test_workers_of_an_experiment_killed_outright_stop(tmp_path):
     experiment = subprocess.Popen([sys.executable, os.path.join(ROOT, "eval.py"), "--experiment", "ryarn", "--quick",
                                    "--jobs", "2", "--threads", "1", "--out-dir", "out"], cwd=tmp_path,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 120
+    deadline = time.time() + 300  # a loaded machine: the experiment imports torch before it starts them
     while len(workers_in(tmp_path, experiment.pid)) < 2 and time.time() < deadline:
         time.sleep(0.2)
     workers = workers_in(tmp_path, experiment.pid)
@@ -324,7 +324,7 @@ def test_workers_of_an_experiment_killed_outright_stop(tmp_path):
     time.sleep(1)  # still importing, or into their first runs: either way they must stop
     experiment.kill()
     experiment.wait()
-    deadline = time.time() + 120  # it ends as soon as they are gone; under load a worker still imports torch
+    deadline = time.time() + 300  # it ends as soon as they are gone; under load a worker still imports torch
     while workers_in(tmp_path, experiment.pid) and time.time() < deadline:
         time.sleep(0.2)
     left = workers_in(tmp_path, experiment.pid)
