@@ -8,18 +8,21 @@ into one folder. Made whole by the link, the lock names its holder from the inst
 reads an empty one. Inside the folder, not beside it: one folder reached under two names (a symlink, a bind
 mount, another node's mount point) has one lock. A process killed outright leaves its file behind, so the file
 names its holder: on the same host a lock whose process is gone is stale; from another host, whose processes
-cannot be seen, a lock its holder has not touched for LOCK_STALE_S seconds is (the holder touches it every
-LOCK_BEAT_S while it runs: beating).
+cannot be seen, a lock its holder has not touched for LOCK_STALE_S seconds is stale (the holder touches it
+every LOCK_BEAT_S while it runs: beating).
 
-    lock = os.path.join(out, LOCK_NAME)
-    take_lock(out, "train.py")          # or Busy("runs/x is in use by another train.py (pid 7 on node3); ...")
+    import os
+    from folder_lock import LOCK_NAME, Busy, beating, release, take_lock
+
+    take_lock(out, "my-trainer")        # raises Busy("runs/x is in use by another my-trainer (pid 7 on node3)...")
+    lock = os.path.join(out, LOCK_NAME)  # what beating and release take
     try:
         with beating(lock):
             ...                         # write in out
     finally:
         release(lock)
 
-runs.hold wraps this for the run folders of lengen, with what it puts right in a folder on the way in and out.
+(In lengen, runs.hold wraps this with what it puts right in a run folder on the way in and out.)
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ class Busy(Exception):
     """The folder is held by a process that may be alive: its one line says by whom."""
 
 
-LOCK_NAME = ".lengen.lock"
+LOCK_NAME = ".lengen.lock"  # a copy in another project names its own
 LOCK_BEAT_S = 60.0
 LOCK_STALE_S = 600.0  # ten missed beats: more than a shared filesystem's clock skew or a stalled write
 HELD: dict[str, str] = {}  # the locks this process holds (take_lock), each with what it wrote in it
@@ -95,9 +98,10 @@ def place_lock(claim: str, lock: str, me: str) -> bool:
 
 
 def take_lock(out: str, holder: str) -> str:
-    """Make out/.lengen.lock naming this host and process, or say in one line who holds it. A stale lock is taken
-    over under a second exclusive file (.lengen.lock.break), so that of two processes finding it stale at once
-    only one replaces it; the other sees the new holder."""
+    """Make out/LOCK_NAME naming this host and process and return what it says (JSON: host, pid, holder), or
+    raise Busy, one line saying who holds it. A stale lock is taken over under a second exclusive file
+    (LOCK_NAME + ".break"), so that of two processes finding it stale at once only one replaces it; the other
+    sees the new holder."""
     lock = os.path.join(out, LOCK_NAME)
     me = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "holder": holder})
     claim = None
@@ -119,13 +123,14 @@ def take_lock(out: str, holder: str) -> str:
             if why is None:
                 who = f"{owner.get('holder', 'command')} (pid {owner['pid']} on {owner['host']})" if owner else holder
                 raise Busy(f"{out} is in use by another {who}; wait for it to finish, or delete {lock} if "
-                                 "nothing holds it")
+                           "nothing holds it")
             breaker = lock + ".break"
             try:
                 os.close(os.open(breaker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
             except FileExistsError:  # another process is taking it over now; one left by a killed one is old
-                if time.time() - os.stat(breaker).st_mtime > LOCK_BEAT_S:
-                    os.remove(breaker)
+                with contextlib.suppress(FileNotFoundError):  # (gone as we look: that one has finished)
+                    if time.time() - os.stat(breaker).st_mtime > LOCK_BEAT_S:
+                        os.remove(breaker)
                 continue
             try:
                 if lock_owner(lock) == owner and lock_stale(lock, owner):  # still the lock judged stale
@@ -133,7 +138,8 @@ def take_lock(out: str, holder: str) -> str:
                     with contextlib.suppress(FileNotFoundError):
                         os.remove(lock)
             finally:
-                os.remove(breaker)
+                with contextlib.suppress(FileNotFoundError):  # removed as old by a process that waited long
+                    os.remove(breaker)
     finally:
         if claim:
             with contextlib.suppress(OSError):

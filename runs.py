@@ -264,8 +264,8 @@ SWAP = {stage: f".lengen.{stage}" for stage in ("new", "going", "old", "gone")}
 
 
 def beside(out: str, suffix: str) -> str:
-    """A hidden name next to the run folder: runs/NAME -> runs/.NAME.lock, runs/.NAME.new. Of the folder itself,
-    not of a name for it: a symlink runs/far -> /scratch/run gives /scratch/.run.lock."""
+    """A hidden name next to the run folder: runs/NAME -> runs/.NAME.new. Of the folder itself, not of a name
+    for it: a symlink runs/far -> /scratch/run gives /scratch/.run.new."""
     parent, name = os.path.split(os.path.realpath(out))
     return os.path.join(parent, f".{name}.{suffix}")
 
@@ -282,8 +282,8 @@ def build_folder(out: str) -> str:
 def hold(out: str, holder: str = "train.py"):
     """Hold the run folder `out` while the block runs: a second train.py on it, on this machine or another that
     shares the filesystem, is turned away in one line instead of racing this one for its files (`holder` names
-    the command in that line). The lock is out/.lengen.lock (folder_lock.take_lock), touched every LOCK_BEAT_S
-    while the block runs. `out` is made for it if it is not there, and removed again if the block leaves it
+    the command in that line). The lock is out/.lengen.lock (folder_lock.take_lock), touched every
+    folder_lock.LOCK_BEAT_S while the block runs. `out` is made for it if it is not there, and removed again if the block leaves it
     empty. What a process killed outright leaves is put right on the way in (tidy: a swap cut short finished, a
     half-built new run and *.tmp files cleared); this process's own on the way out."""
     if os.path.islink(out) and not os.path.exists(out):  # its lock would be made where the link points
@@ -303,10 +303,12 @@ def hold(out: str, holder: str = "train.py"):
             tidy(out)
             yield
     finally:
-        tidy(out, entering=False)
-        release(lock)
-        if made and not os.listdir(out):  # a run that never started leaves no folder behind
-            os.rmdir(out)
+        try:
+            tidy(out, entering=False)
+        finally:  # released even where tidying fails (as it will again where it failed on the way in)
+            release(lock)
+            if made and not os.listdir(out):  # a run that never started leaves no folder behind
+                os.rmdir(out)
 
 
 def tidy(out: str, entering: bool = True) -> None:

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -591,6 +592,44 @@ def test_a_lock_from_another_host_is_stale_only_once_its_holder_stops_touching_i
     assert train.main([*RUN, "--out", str(folder)]) == 0
     assert "taking over a stale lock (untouched for" in capsys.readouterr().err
     assert not lock.exists() and (folder / "checkpoint.pt").exists()
+
+
+def test_a_folder_whose_tidying_fails_is_still_released(tmp_path, monkeypatch):
+    """A swap cut short that cannot be finished (here an I/O error) fails the way in and again the way out; the
+    folder is released all the same. Bug caught: the lock left to this process, alive (a --jobs worker, an
+    experiment in one process), so every later run on the folder was refused."""
+    def fails(out):
+        raise OSError(errno.EIO, "Input/output error")
+    monkeypatch.setattr(runs, "finish_swap", fails)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    with pytest.raises(runs.UsageError, match="cannot finish a --force swap"):
+        with runs.hold(str(folder)):
+            pass
+    assert os.listdir(folder) == [] and str(folder / folder_lock.LOCK_NAME) not in folder_lock.HELD
+
+
+def test_a_stale_lock_being_taken_over_by_another_that_has_just_finished(tmp_path, monkeypatch):
+    """Two processes find a lock stale at once; the second finds the first's .break file, which is gone as it
+    looks (the first has just taken over). It tries again and is told who holds the folder, or holds it. Bug
+    caught: "cannot write to ...: No such file or directory" (os.stat of the .break that went)."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lock = folder / folder_lock.LOCK_NAME
+    lock.write_text(json.dumps({"host": socket.gethostname(), "pid": int(gone.stdout), "holder": "train.py"}))
+    real_open, raced = os.open, []
+
+    def open_racing(path, flags, mode=0o777, **kwargs):
+        if str(path).endswith(".break") and not raced:  # the other's .break: there, then gone as we look
+            raced.append(path)
+            raise FileExistsError(errno.EEXIST, "File exists")
+        return real_open(path, flags, mode, **kwargs)
+    monkeypatch.setattr(folder_lock.os, "open", open_racing)
+    me = folder_lock.take_lock(str(folder), "train.py")
+    assert raced and folder_lock.lock_owner(str(lock)) == json.loads(me)
+    assert os.listdir(folder) == [folder_lock.LOCK_NAME]
+    folder_lock.release(str(lock))
 
 
 COPIED_LOCK = """
