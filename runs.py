@@ -283,9 +283,9 @@ def hold(out: str, holder: str = "train.py"):
     """Hold the run folder `out` while the block runs: a second train.py on it, on this machine or another that
     shares the filesystem, is turned away in one line instead of racing this one for its files (`holder` names
     the command in that line). The lock is out/.lengen.lock (folder_lock.take_lock), touched every
-    folder_lock.LOCK_BEAT_S while the block runs. `out` is made for it if it is not there, and removed again if the block leaves it
-    empty. What a process killed outright leaves is put right on the way in (tidy: a swap cut short finished, a
-    half-built new run and *.tmp files cleared); this process's own on the way out."""
+    folder_lock.LOCK_BEAT_S while the block runs. `out` is made for it if it is not there, and removed again if
+    the block leaves it empty. What a process killed outright leaves is put right on the way in (tidy: a swap
+    cut short finished, a half-built new run and *.tmp files cleared); this process's own on the way out."""
     if os.path.islink(out) and not os.path.exists(out):  # its lock would be made where the link points
         raise UsageError(f"cannot write to {out}: a symlink to nothing")
     made = not os.path.lexists(out)
