@@ -724,8 +724,8 @@ def check_saved_types(out: str, cfg: RunConfig) -> None:
         raise UsageError(f"{out}/config.json: train_len is {json.dumps(length)}, not [LOW, HIGH] with "
                          "0 < LOW <= HIGH")
     shape = cfg.curriculum
-    if shape is not None and not (isinstance(shape, list) and len(shape) == 3
-                                  and all(saved_kind(n, "an integer") for n in shape[:2]) and isinstance(shape[2], str)):
+    whole = isinstance(shape, list) and len(shape) == 3 and all(saved_kind(n, "an integer") for n in shape[:2])
+    if shape is not None and not (whole and isinstance(shape[2], str)):
         raise UsageError(f"{out}/config.json: curriculum is {json.dumps(shape)}, not [START, END, SHAPE] or null")
 
 

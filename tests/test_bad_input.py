@@ -60,7 +60,7 @@ def runs(tmp_path_factory):
              "config-len-text": {"train_len": "ab"}, "config-options-list": {"task_options": [1]},
              "config-threads-text": {"threads": "x"}, "config-init-number": {"init": 5},
              "config-save-every-0": {"save_every": 0, "steps": 30}, "config-lr-negative": {"lr": -1.0, "steps": 30},
-             "config-eval-samples": {"eval_samples": -4}}
+             "config-eval-samples": {"eval_samples": -4}, "config-curriculum": {"curriculum": [24, 48, 3]}}
     for name, edit in edits.items():  # config.json edited by hand
         shutil.copytree(run, root / name)
         (root / name / "config.json").write_text(json.dumps({**config, **edit}))
@@ -192,6 +192,7 @@ CASES = [
     # more of the same (#53 item 23): each was a traceback
     ("eval", ["{runs}/config-steps-ten", "--lengths", "16"], 'steps is "ten", not an integer'),
     ("eval", ["{runs}/config-len-text"], 'train_len is "ab", not [LOW, HIGH]'),
+    ("eval", ["{runs}/config-curriculum"], "curriculum is [24, 48, 3], not [START, END, SHAPE] or null"),
     ("eval", ["{runs}/config-options-list", "--lengths", "16"], "task_options is [1], not an object"),
     ("train", ["--resume", "--out", "{runs}/config-options-list"], "task_options is [1], not an object"),
     ("train", ["--resume", "--out", "{runs}/config-threads-text"], 'threads is "x", not an integer'),
