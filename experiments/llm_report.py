@@ -136,7 +136,7 @@ def qa3_markdown(data: dict) -> str:
     lines += primary_table(data) + ["", "## Every run\n"] + runs_table(results, lengths, run_minutes(data)) + [""]
     lines += ["## Exploratory comparisons, prompt by prompt\n", "Exploratory: " + data["caption"].split(
         " Exploratory: ")[-1], ""]
-    lines += comparison_rows([c for c in data["comparisons"] if not c["primary"]], "seed-level (log p, each alone)")
+    lines += comparison_rows([c for c in data["comparisons"] if not c["primary"]], "seed-level (log p, one family)")
     lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
     return "\n".join(lines) + "\n"
 
@@ -423,7 +423,8 @@ def qa3_summary(data: dict) -> str:
     for method, runs in by_method(results).items():
         means = [sum(next(r["accuracy"] for r in results[run]["rows"] if r["length"] == n) for run in runs) / len(runs)
                  for n in lengths]
-        rows.append(f"| {method} ({len(runs)} seed{'s' if len(runs) > 1 else ''}) | "
+        seeds = "pretrained" if method.startswith("base") else f"{len(runs)} seed{'s' if len(runs) > 1 else ''}"
+        rows.append(f"| {method} ({seeds}) | "
                     + " | ".join(f"{m:.2f}" for m in means) + " |")
     return "\n".join(rows) + "\n\n" + seed_level_line(data) + "\n"
 

@@ -19,7 +19,7 @@ from eval import sample_sd, t_critical, t_interval, t_tail
 
 # A claim about how models generalize cannot be tested on models that did not learn their task where nothing
 # is extrapolated: whatever they do beyond it says how far training got. Such a claim gets this fourth verdict,
-# never "not reproduced". Every experiment's verdicts pass through verdict() or unit_verdict() below, which
+# never "not reproduced". Every experiment's verdicts pass through verdict() or decide() below, which
 # take `fitted`: did the models the claim rests on reach the experiment's fit bar in distribution?
 UNFIT = "undecided (models did not fit)"
 # A claim a preset does not train the models for (it stays in another preset, --full): no verdict, and not in
@@ -119,11 +119,6 @@ def p_value(values: list[float]) -> float:
     if sd == 0:
         return 0.0 if mean else 1.0
     return t_tail(mean / (sd / n ** 0.5), n - 1)
-
-
-def unit_verdict(per_unit, size: float, fitted: bool = True) -> dict:
-    """One claimed gain alone: a table of one comparison (decide)."""
-    return decide({"claim": list(per_unit)}, size, {"claim": fitted})["claim"]
 
 
 # ---------------------------------------------------------------------------------------------------------

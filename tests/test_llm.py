@@ -1010,6 +1010,28 @@ def test_qa3s_primary_comparisons_are_decided_on_seeds_as_one_family():
     assert all(r["seed_verdict"].startswith("undecided") for r in rows if r["primary"])
 
 
+def test_exploratory_seed_level_verdicts_are_decided_as_one_family():
+    """The exploratory table's seed-level column, like its prompt-level one, is one family: every null tested in
+    a table is protected. Bug caught: each comparison decided alone, where ft+yarn - ft (log p up 1.0, 1.3, 0.8
+    on the three seeds) reads reproduced at 0.05 but not at 0.05 over the table's nine."""
+    from experiments import llm, stats
+    base, lift = [-5.0, -3.0, -8.0, -1.0], {0: 1.0, 1: 1.3, 2: 0.8}
+    results = {}
+    for k, up in lift.items():
+        suffix = f"-s{k}" if k else ""
+        results |= {f"{m}{suffix}": scored(base, exact=0.5, lengths=(512, 4096)) for m in ("ft", "yarn", "ryarn")}
+        results[f"ft+yarn{suffix}"] = scored([v + up for v in base], exact=0.5, lengths=(512, 4096))
+    rows, _ = llm.comparisons(results, [512, 4096], **llm.design(llm.QA3))
+    explored = {f"{r['better']} - {r['worse']} at {r['length']}": r for r in rows if not r["primary"]}
+    assert len(explored) == 9
+    row = explored["ft+yarn - ft at 512"]
+    assert row["per_seed"] == pytest.approx([1.0, 1.3, 0.8])
+    family = stats.decide({k: r["per_seed"] for k, r in explored.items()}, 0.0)
+    assert stats.decide({"alone": row["per_seed"]}, 0.0)["alone"]["verdict"] == "reproduced"
+    assert row["seed_verdict"] == family["ft+yarn - ft at 512"]["verdict"] != "reproduced"
+    assert all(r["seed_verdict"] == family[k]["verdict"] for k, r in explored.items())
+
+
 def test_full_seeds_come_from_the_pilots_spread_and_paper_rs_gain():
     """--full's fine-tuning seeds: the fewest that find Paper R's +0.09 with 80 % power at the primary family's
     level, given the spread of the pilot's two ft seeds (results/llm-probe.json). Bug caught: a spread typed in
@@ -1094,7 +1116,7 @@ def test_a_design_in_paper_rs_regime_reports_seeds_and_prompts_for_each_primary_
     assert "(2 prompts scored by an invocation stopped before it saved them are not timed)" in \
         llm_report.time_spent(data)
     summary = llm_report.summary(data).replace("\n", " ")
-    assert "| ft (3 seeds) |" in summary and "| base+yarn (1 seed) |" in summary
+    assert "| ft (3 seeds) |" in summary and "| base+yarn (pretrained) |" in summary
     assert all(f"ryarn − {w} " in summary for w in ("ft", "yarn", "ft+yarn"))
     table = llm_report.comparisons_table(data)  # docs/llm.md's: prompts the secondary level, then the seeds'
     assert "prompts as units, the secondary level" in table and "| ryarn − ft+yarn |" in table
