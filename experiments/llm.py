@@ -93,7 +93,8 @@ QA3 = dict(train_len=512, steps=1800, fit_bar=0.8, batch=1, facts=3, lora=None, 
                    "fitted in 900 steps; at 2 x over 1800 steps both seeds did (the probe's rule named 900 steps, "
                    "set aside: a whole 900-step run at 2 x had ended at 0.75). So every arm trains 1800 steps, "
                    "ryarn at 2 x, inside the native context; ryarn's seeds 0 and 1 are that probe's two runs, "
-                   "which met the fit gate by construction. With 11 of 14 models scored, the exploratory "
+                   "which met the fit gate by construction. With 11 of this design's 14 models scored, and their "
+                   "page previewed, the exploratory "
                    "table's seed-level column, decided comparison by comparison, became one family as its "
                    "prompt-level column is (the rule: every null of a table protected); this can only turn a "
                    "verdict undecided.")
@@ -455,19 +456,19 @@ def design(setup: dict) -> dict:
 
 
 def comparisons(results: dict, lengths: list[int], primary=(PRIMARY,), by_seed: bool = False) -> tuple[list[dict], str]:
-    """Every comparison at every length, decided on prompts as the units (stats.decide: a gain of any size), and
-    with by_seed (QA3) the primary comparisons also on the fine-tuning seed pairs, their primary units (below):
-    reproduced when the adjusted interval of the seed-averaged log p difference lies above 0, reversed when
-    below, undecided otherwise; undecided (seeds disagree) when the seed pairs' mean differences do not all
-    have the verdict's sign; undecided (models did not fit) when any run it compares did not fit. Two families:
-    the primary comparisons at the longest length, and the rest. `detectable`: the smallest mean difference
-    these prompts would find with 80 % power at the family's level (stats.detectable). A verdict that exact
-    match contradicts (the other sign) says so. `seed_verdict`: the same comparison with the seed pairs as the
-    units (each pair's mean over prompts), which carries the fine-tuning seeds' own variance: with by_seed, the
-    primary comparisons' verdict, decided as a family of their own on exact match (Paper R's measure, the one its
-    seeds were counted for: QA3), with its interval and the gain it could detect (seed_low, seed_high,
-    seed_detectable); else on its log p, decided with its family as the prompt-level verdicts are (each alone,
-    24 comparisons would each keep a 5 % chance of a false verdict)."""
+    """Every comparison at every length, decided by the shared rule (stats.decide, no claimed size: any gain
+    counts) in families, each of them a table's nulls at 0.05 over the family:
+    - prompt level, each prompt's log p difference averaged over the seed pairs (seed k against seed k): the
+      primary comparisons at the longest length (those of them run), and the rest, exploratory: reproduced when
+      the adjusted interval lies above 0, reversed when below, undecided otherwise; undecided (seeds disagree)
+      when a seed pair's mean difference has the other sign; "(exact match disagrees)" added where exact match
+      has the other sign. `detectable`: the smallest mean difference these prompts would find with 80 % power
+      at the family's level (stats.detectable).
+    - seed level (`seed_verdict`), each seed pair's mean over prompts as a unit, which carries the fine-tuning
+      seeds' own variance: with by_seed (QA3), the named primaries (run or not) decided on exact match (Paper
+      R's measure, the one its seeds were counted for), with seed_low, seed_high and seed_detectable; the rest,
+      and every comparison without by_seed, on log p, in the families of the prompt level.
+    Any comparison with a run that did not fit: undecided (models did not fit)."""
     table = {f"{b} - {w} at {n}": paired(results, b, w, n) for b, w in COMPARISONS + list(primary)
              if seed_pairs(results, b, w) for n in lengths}
     first = [f"{b} - {w} at {max(lengths)}" for b, w in primary]

