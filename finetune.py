@@ -75,12 +75,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "make a bar that one prompt cannot tip")
     llm.add_argument("--fsdp", action="store_true",
                      help="under torchrun: shard parameters, gradients and optimizer state (FSDP2) instead of DDP")
+    llm.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                     help="save the trained weights and the optimizer's state every N steps (checkpoint.pt), so "
+                          "that --resume goes on from there after a kill (one process; default: none)")
 
 
 # The options only an LLM run reads; and those both kinds read. --llm refuses every other one rather than
 # ignore it, and a small-GPT run refuses these.
 LLM_ONLY = {"method", "no_curriculum", "range", "range_shape", "lora", "facts", "bf16", "grad_accum", "fsdp",
-            "fit_prompts"}
+            "fit_prompts", "checkpoint_every"}
 LLM_FLAGS = LLM_ONLY | {"llm", "task", "train_len", "steps", "batch", "lr", "wd", "warmup", "seed", "factor", "out",
                         "force", "resume", "device", "threads", "quiet", "fit_bar", "fit_every", "fit_stop"}
 
@@ -122,6 +125,7 @@ class LLMConfig:
     fit_every: int                      # steps between fit checks
     fit_stop: bool                      # False (--no-fit-stop): train every step, the fit judged at the last
     fit_prompts: int                    # the held-out prompts each fit check answers
+    checkpoint_every: int | None        # steps between checkpoints (checkpoint.pt), None: none
     # train.py's whole command line as parsed, the small-GPT flags at their defaults (--llm refuses them):
     # config.json holds every flag, in the command line's order, as it always has (saved)
     command: dict = dataclasses.field(repr=False)
@@ -132,6 +136,7 @@ class LLMConfig:
     # how this command runs it, never saved
     quiet: bool = False
     force: bool = False
+    resume: bool = False
 
     def saved(self) -> dict:
         """What config.json holds: train.py's flags in their order, this run's value for each the run has, then
@@ -166,8 +171,8 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LLMCon
         wd=args.wd, warmup=args.warmup, seed=args.seed, lora=args.lora, bf16=args.bf16, fsdp=args.fsdp,
         out=args.out or os.path.join("runs", f"llm-{method}-s{args.seed}"), device=args.device,
         threads=args.threads, fit_bar=args.fit_bar, fit_every=args.fit_every, fit_stop=args.fit_stop,
-        fit_prompts=args.fit_prompts or FIT_PROMPTS, command=dict(vars(args)),
-        quiet=args.quiet, force=args.force)
+        fit_prompts=args.fit_prompts or FIT_PROMPTS, checkpoint_every=args.checkpoint_every,
+        command=dict(vars(args)), quiet=args.quiet, force=args.force, resume=args.resume)
     if not cfg.range >= 1:
         raise UsageError(f"--range {cfg.range:g}: the range must hold the sample (>= 1 x its length)")
     if not cfg.range * cfg.train_len[1] < 2 ** 53:  # inf and nan too; positions are exact integers below that
@@ -204,6 +209,9 @@ def check_step_size(args: argparse.Namespace) -> None:
         raise UsageError(f"--lora {args.lora}: a LoRA rank is >= 1 (leave --lora out for a full fine-tune)")
     if args.lora is not None and importlib.util.find_spec("peft") is None:
         raise UsageError("--lora needs peft: pip install peft")
+    if args.checkpoint_every is not None and (args.checkpoint_every < 1 or dist.launched()):
+        raise UsageError(f"--checkpoint-every {args.checkpoint_every}: steps between checkpoints, >= 1, in one "
+                         "process (not yet under torchrun)")
     if args.fsdp and not dist.launched():
         raise UsageError("--fsdp shards the model over several processes: start them with torchrun "
                          "--nproc_per_node N train.py ...")
@@ -323,22 +331,25 @@ def train(cfg: LLMConfig, set_learning_rate, on_step=None):
     except UsageError as e:  # the same in every process
         e.everywhere = True
         raise
-    # only now, when everything has been checked, is anything written
-    out = prepare_run_dir(cfg.out, cfg.force) if lead else None
     cfg.original_len, cfg.processes = original, dist.world()
     cfg.global_batch = cfg.batch * cfg.grad_accum * cfg.processes
+    if cfg.resume:
+        check_resumable(cfg)
+    # only now, when everything has been checked, is anything written
+    out = cfg.out if cfg.resume else prepare_run_dir(cfg.out, cfg.force) if lead else None
     hf.apply_llm_rope(model, cfg.scaling, cfg.factor)
     randomized, range_at = METHODS[cfg.method][1], range_end_at(cfg)
     model, params = trainable(model, cfg, device)
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.wd)
     position_rng = torch.Generator().manual_seed(cfg.seed + 2)
-    if lead:
+    fit = fit_record(cfg.fit_bar, cfg.fit_every, cfg.fit_stop)
+    first = resume_from(out, model, optimizer, position_rng, fit) if cfg.resume else 0
+    if lead and not cfg.resume:
         write_config(out, cfg.saved())
-    log = open_log(out, fresh=True) if lead else None
-    bar = tqdm(range(cfg.steps), disable=cfg.quiet or not lead, desc=os.path.basename(cfg.out))
+    log = open_log(out, fresh=not cfg.resume) if lead else None
+    bar = tqdm(range(first, cfg.steps), disable=cfg.quiet or not lead, desc=os.path.basename(cfg.out))
     model.train()
     tick, tokens = time.perf_counter(), 0
-    fit = fit_record(cfg.fit_bar, cfg.fit_every, cfg.fit_stop)
     for step in bar:
         set_learning_rate(optimizer, step, cfg.lr, cfg.warmup, cfg.steps)
         range_end = range_at(step)
@@ -358,7 +369,75 @@ def train(cfg: LLMConfig, set_learning_rate, on_step=None):
         check_fit(model, tokenizer, cfg, fit, step + 1, device, log)
         if cfg.fit_stop and fit["steps_to_fit"]:
             break
+        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+            out = save_checkpoint(out, cfg.out, model, optimizer, step + 1, position_rng, fit)
     return save(model, tokenizer, cfg, out, log, fit), tokenizer, cfg, out
+
+
+# --checkpoint-every: a fine-tune cut short (a kill, a session's end) goes on with --resume from its last
+# checkpoint, and ends with the model an uninterrupted run saves (the samples are a function of the seed and the
+# step, the learning rate of the step; the rest is in the checkpoint). One process: under torchrun the shards and
+# the processes' generators would each need saving. The first checkpoint puts the run in --out's place, as a
+# small GPT's does (runs.RunFolder), so that a kill after it leaves a run that --resume finds.
+CHECKPOINT = "checkpoint.pt"
+
+
+def save_checkpoint(out: str, final: str, model, optimizer, step: int, position_rng, fit: dict) -> str:
+    """checkpoint.pt in the run's folder, written whole or not at all: the weights being trained (a full
+    fine-tune's every weight, LoRA's adapters alone), the optimizer's state, the step, the position ids' and
+    torch's generators and the fit checks so far. Returns the run's folder: --out from the first checkpoint on."""
+    state = {"weights": {k: p.detach() for k, p in model.named_parameters() if p.requires_grad},
+             "optimizer": optimizer.state_dict(), "step": step, "positions": position_rng.get_state(),
+             "torch_rng": torch.get_rng_state(), "fit": fit}
+    check_weights(state["weights"], f"after step {step}")
+    save_atomic(os.path.join(out, CHECKPOINT), lambda f: torch.save(state, f))
+    if out != final:
+        swap_in(out, final)
+    return final
+
+
+def check_resumable(cfg: LLMConfig) -> None:
+    """--resume: --out holds a checkpoint, and a config.json that this command line would write but for how it
+    runs (--out, --device, --threads, --checkpoint-every), so that the run goes on as it began."""
+    try:
+        with open(os.path.join(cfg.out, "config.json")) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        saved = None
+    if not isinstance(saved, dict) or not os.path.isfile(os.path.join(cfg.out, CHECKPOINT)):
+        raise UsageError(f"{cfg.out}: no checkpoint to resume (a run started with --checkpoint-every N saves one "
+                         "every N steps); start it without --resume")
+    mine = json.loads(json.dumps(cfg.saved()))
+    how = {"out", "device", "threads", "checkpoint_every"}
+    differ = sorted(k for k in set(saved) | set(mine) if k not in how and saved.get(k) != mine.get(k))
+    if differ:
+        raise UsageError(f"{cfg.out}: its run was started by another command ({', '.join(differ)} differ): "
+                         "resume it with its own, or start again with --force")
+
+
+def resume_from(out: str, model, optimizer, position_rng, fit: dict) -> int:
+    """The checkpoint's state loaded into the model, the optimizer, the generators and the fit record; the log
+    cut back to its step (a run killed past its last checkpoint trains those steps again). Returns the step."""
+    try:
+        state = torch.load(os.path.join(out, CHECKPOINT), weights_only=True)
+        trained = {k: p for k, p in model.named_parameters() if p.requires_grad}
+        if set(state["weights"]) != set(trained):
+            raise KeyError("weights")
+        with torch.no_grad():
+            for k, p in trained.items():
+                p.copy_(state["weights"][k])
+        optimizer.load_state_dict(state["optimizer"])
+        position_rng.set_state(state["positions"])
+        torch.set_rng_state(state["torch_rng"])
+    except Exception as e:
+        raise UsageError(f"{os.path.join(out, CHECKPOINT)} is not this run's checkpoint ({type(e).__name__}): "
+                         "start again with --force") from None
+    fit.update(state["fit"])
+    step = state["step"]
+    with open(os.path.join(out, "log.jsonl")) as f:
+        kept = [line for line in f if json.loads(line)["step"] <= step]
+    save_atomic(os.path.join(out, "log.jsonl"), lambda f: f.write("".join(kept).encode()))
+    return step
 
 
 def check_finite(loss_sum: float, step: int) -> None:
@@ -427,19 +506,23 @@ def save(model, tokenizer, cfg: LLMConfig, out: str | None, log, fit: dict):
             model.save_pretrained(saving, state_dict=state)
             tokenizer.save_pretrained(saving)
         os.rename(saving, os.path.join(out, "model"))
+        with contextlib.suppress(FileNotFoundError):  # the model is whole: the run need not go on
+            os.remove(os.path.join(out, CHECKPOINT))
     return model.eval()
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser, set_learning_rate, on_step=None) -> dict:
     """`train.py --llm ...` from its parsed command line: check, fine-tune, swap the run in; {"run": dir}."""
-    if args.resume:
-        raise UsageError("--resume is for small-GPT runs; an LLM run is short: start it again with --force")
     try:  # every process checks the command line, and whether --out is free, before any model loads
         try:
             cfg = resolve(args, parser)
         except (ValueError, RuntimeError) as e:
             raise UsageError(str(e)) from None
-        check_out(cfg.out, cfg.force)
+        if args.resume and (args.force or dist.launched()):
+            raise UsageError("--resume goes on with the run in --out, in one process; --force replaces it: give "
+                             "one, without torchrun")
+        if not args.resume:
+            check_out(cfg.out, cfg.force)
     except UsageError as e:  # found alike by every process: rank 0 says it
         e.everywhere = True
         raise
@@ -451,7 +534,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser, set_learning_
         # the run is built where prepare_run_dir chose when training began: beside --out, or inside it (--out
         # may appear as a folder while it trains; swap_in moves the run in from where it is)
         model, tokenizer, cfg, built = train(cfg, set_learning_rate, on_step)
-        if lead:
+        if lead and built != cfg.out:  # a run checkpointed (or resumed) stands in --out already
             swap_in(built, cfg.out)
     dist.stop()
     if lead and not cfg.quiet:

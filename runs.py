@@ -662,6 +662,15 @@ def cli_main(program: str, command, argv: list[str] | None = None, alike: bool =
 RESUME_FLAGS = ("resume", "out", "quiet", "threads", "device")
 
 
+def llm_run(folder: str) -> bool:
+    """Whether the config.json in `folder` is an LLM fine-tune's (it names the model, --llm)."""
+    try:
+        with open(os.path.join(folder, "config.json")) as f:
+            return bool(json.load(f).get("llm"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def resume_config(args, given: dict) -> RunConfig:
     """The saved settings of the run in --out (args: train.py's parsed command line; given: the options typed,
     train.given_flags). A flag given with --resume must agree with them: continued with other settings, the
@@ -670,9 +679,9 @@ def resume_config(args, given: dict) -> RunConfig:
         raise UsageError("--resume needs --out RUN_DIR")
     if args.force:
         raise UsageError("--resume continues a run and --force replaces it: choose one")
-    if os.path.isdir(os.path.join(args.out, "model")):  # what an LLM fine-tune (finetune.py) saves
-        raise UsageError(f"{args.out} is an LLM run, and an LLM run cannot be resumed (it keeps no optimizer "
-                         "state): start it again with --force")
+    if os.path.isdir(os.path.join(args.out, "model")) or llm_run(args.out):  # a fine-tune (finetune.py)
+        raise UsageError(f"{args.out} is an LLM run: resume it with the command line that started it and "
+                         "--resume (from the checkpoint --checkpoint-every saved)")
     cfg = read_config(args.out)
     saved = {**cfg.saved(), **cfg.task_options}
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 import torch
@@ -73,7 +74,8 @@ def arms(methods: list[str], seeds: int) -> list[str]:
 # Seeds are the units of the primary comparisons (ryarn against ft, yarn and ft+yarn at the longest length);
 # prompts are the secondary units. The recipe otherwise is the probe's: every weight, AdamW 5e-5 with 10 warm-up
 # steps, bfloat16 autocast (fine-tuning and scoring), the fit bar 0.8 on 64 held-out prompts (one prompt moves it
-# 1/64) every 300 steps, judged at the last.
+# 1/64) every 300 steps, judged at the last. Each fine-tune saves a checkpoint every 100 steps (how it runs, not
+# what it trains): one cut short by a session's end goes on from its last checkpoint, not from the start.
 # How many seeds --full needs: the gain Paper R reports (by a secondary source) from trained YaRN to Randomized
 # YaRN on BABILong (Qwen2.5-7B, out of distribution), +9.0 points of exact match, found with 80 % power at the
 # primary family's level (three comparisons: 0.05 / 3), when a seed pair's difference spreads as the pilot's does.
@@ -85,7 +87,7 @@ def arms(methods: list[str], seeds: int) -> list[str]:
 # a gain of about 0.44 (stats.detectable), and its results say so.
 PAPER_R_GAIN, PILOT_SD = 0.09, 0.078
 QA3 = dict(train_len=512, steps=1800, fit_bar=0.8, batch=1, facts=3, lora=None, lr=5e-5, warmup=10, bf16=True,
-           fit_every=300, fit_prompts=64, fit_stop=False, range=2.0,
+           fit_every=300, fit_prompts=64, fit_stop=False, range=2.0, checkpoint_every=100,
            primary=[["ryarn", "ft"], ["ryarn", "yarn"], ["ryarn", "ft+yarn"]], units="seeds",
            history="The design changed after results. Its first form (ryarn's range 64 x, 900 steps for every arm) "
                    "stopped at 11 of 14 models: ryarn did not fit on either seed (0.44 and 0.28 on the 64 fit "
@@ -109,7 +111,7 @@ PRESETS = {
     # runs before it: 9 fine-tunes of 104-114 CPU-min (1800 steps at 3.5-3.8 s a step with two at once, the budget
     # probe's and the first design's ft and yarn rates) and 14 models scored in 7-8 CPU-min each; about 7.5 h where
     # ryarn's two seeds are the budget probe's own models, copied in (results/llm-in-progress/README.md). It resumes
-    # across invocations: what needs no training first, a fine-tune being the one step that does not resume.
+    # across invocations: what needs no training first, a fine-tune from its last checkpoint (every 100 steps).
     "default": {**QA3, "methods": arms(["ft", "yarn", "ryarn", "ft+yarn", "base", "base+yarn"], 3),
                 "samples": {512: 32, 4096: 8, 12288: 12}},
     # the GPU's decisive design (python eval.py --experiment gpu --dry-run prints it, its runs, time and memory):
@@ -192,13 +194,15 @@ def fine_tune_argv(method: str, setup: dict, root: str, args) -> list[str]:
     randomized = name.removesuffix("-nocurr") in ("rpe", "ryarn")
     argv += ["--range", f"{setup['range']:g}"] if "range" in setup and randomized else []
     argv += ["--no-curriculum"] if name.endswith("-nocurr") else []
+    argv += ["--checkpoint-every", str(setup["checkpoint_every"])] if "checkpoint_every" in setup else []
     return argv + (["--threads", str(args.threads)] if args.threads else [])
 
 
 # How a fine-tune was run, not what it trained: a record made with other values still stands (the model's
 # fingerprint pins what was trained), so that a run can go on with another --device or --threads, and a model
 # trained into another folder by the same command (a probe's) serves once copied into the run's, with its record.
-HOW_RUN = {"--device": 1, "--threads": 1, "--quiet": 0, "--force": 0, "--out": 1}  # flag: how many values follow
+HOW_RUN = {"--device": 1, "--threads": 1, "--quiet": 0, "--force": 0, "--out": 1, "--checkpoint-every": 1,
+           "--resume": 0}  # flag: how many values follow
 
 
 def recipe(argv: list[str]) -> list[str]:
@@ -234,7 +238,14 @@ def fine_tune(method: str, setup: dict, root: str, args) -> None:
     held = fingerprint(method, root)
     if held != "missing" and recorded_model(method, root, argv) == held:
         return
-    train.run(argv)
+    if os.path.isfile(os.path.join(root, method, finetune.CHECKPOINT)):  # cut short: on from its checkpoint
+        try:
+            train.run([x for x in argv if x != "--force"] + ["--resume"])
+        except UsageError as e:  # another recipe's checkpoint: this one trains from the start
+            print(f"{method}: {e}; training it from the start", file=sys.stderr)
+            train.run(argv)
+    else:
+        train.run(argv)
     made = json.dumps({"argv": argv, "model": fingerprint(method, root)}).encode()
     save_atomic(record, lambda f: f.write(made))
 

@@ -182,8 +182,7 @@ def primary_table(data: dict) -> list[str]:
     the family the design's seeds were counted for) and with the prompts (log p), each with its interval, its
     verdict and the smallest gain it could find with 80 % power."""
     rows = [c for c in data["comparisons"] if c["primary"]]
-    seeds = sum(run_name(m)[0] == PRIMARY[0] for m in data["settings"]["methods"])
-    planned = detectable(PILOT_SD, seeds, ALPHA / len(rows)) if rows and seeds > 1 else float("nan")
+    seeds = sum(run_name(m)[0] == PRIMARY[0] for m in data.get("settings", {}).get("methods", []))
     lines = ["## The primary comparisons\n",
              "Named before this design's first run, and unchanged since, at the longest length. **Seed level** "
              "(the primary units): each seed pair's difference in exact match, seed k against seed k (the same "
@@ -196,10 +195,11 @@ def primary_table(data: dict) -> list[str]:
              "level, in exact match at the seed level and in log p at the prompt level: a gain smaller than that "
              "can hide in an undecided verdict. Every seed pair answers the same prompts: the seed-level interval "
              "holds for these prompts, and leaves out how other prompts would move every pair alike.\n",
-             "Planned before the run: at the spread of the pilot's seeds (the sd of a pair's difference in exact "
-             f"match: {PILOT_SD}), {seeds} seed pairs detect a gain of {number(planned)} with 80 % power; the gain "
-             f"Paper R reports from trained YaRN to Randomized YaRN (+{PAPER_R_GAIN:g}, by a secondary source) "
-             f"needs {FULL_SEEDS} (`--full`).\n",
+             *([f"Planned before the run: at the spread of the pilot's seeds (the sd of a pair's difference in "
+                f"exact match: {PILOT_SD}), {seeds} seed pairs detect a gain of "
+                f"{detectable(PILOT_SD, seeds, ALPHA / len(rows)):.2f} with 80 % power; the gain Paper R reports "
+                f"from trained YaRN to Randomized YaRN (+{PAPER_R_GAIN:g}, by a secondary source) needs "
+                f"{FULL_SEEDS} (`--full`).\n"] if rows and seeds > 1 else []),
              "| comparison | seed pairs | exact, per seed pair | seed level: exact [interval] | verdict | could detect "
              "| prompts | prompt level: log p [interval] | verdict | could detect |",
              "|---|---:|---|---|---|---:|---:|---|---|---:|"]

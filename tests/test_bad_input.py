@@ -69,6 +69,9 @@ def runs(tmp_path_factory):
     os.makedirs(root / "log-folder" / "log.jsonl")
     os.makedirs(root / "llm-run" / "model")  # what train.py --llm leaves: config.json, log.jsonl, model/
     (root / "llm-run" / "config.json").write_text(json.dumps({"llm": "smollm2", "method": "ryarn"}))
+    os.makedirs(root / "llm-cut")  # one cut short: config.json and its checkpoint, no model/ yet
+    (root / "llm-cut" / "config.json").write_text(json.dumps({"llm": "smollm2", "method": "ryarn"}))
+    (root / "llm-cut" / "checkpoint.pt").write_bytes(b"")
     return root
 
 
@@ -181,7 +184,8 @@ CASES = [
     ("train", ["--llm", "smollm2", "--fit-bar", "2"], "--fit-bar 2: an accuracy in (0, 1]"),
     ("train", ["--llm", "smollm2", "--fit-every", "50"], "give --fit-bar with it"),
     ("train", ["--llm", "smollm2", "--fit-bar", "0.9", "--fit-every", "0"], "--fit-every must be >= 1"),
-    ("train", ["--resume", "--out", "{runs}/llm-run"], "an LLM run cannot be resumed"),
+    ("train", ["--resume", "--out", "{runs}/llm-run"], "is an LLM run: resume it with the command line that"),
+    ("train", ["--resume", "--out", "{runs}/llm-cut"], "is an LLM run: resume it with the command line that"),
     ("train", ["--resume", "--out", "{runs}/config-bogus-encoding"], "unknown encoding 'bogus'"),
     ("train", ["--resume", "--out", "{runs}/config-steps-ten"], 'steps is "ten", not an integer'),
     ("train", ["--resume", "--out", "{runs}/config-vocab-string"], 'vocab_size is "18", not an integer'),

@@ -1010,6 +1010,41 @@ def test_qa3s_primary_comparisons_are_decided_on_seeds_as_one_family():
     assert all(r["seed_verdict"].startswith("undecided") for r in rows if r["primary"])
 
 
+def test_a_fine_tune_cut_short_goes_on_from_its_checkpoint(tmp_path, monkeypatch):
+    """A QA3 fine-tune cut short (a session's end) goes on with --resume from the checkpoint its folder holds,
+    trained by its recipe with checkpoints every 100 steps (how it runs: not in the recipe); one whose
+    checkpoint another recipe made trains from the start. Bugs caught: a checkpoint ignored (1800 steps again),
+    --force kept beside --resume, a refused resume ending the experiment, the checkpoints changing the recipe
+    (every recorded fine-tune would train again)."""
+    from experiments import llm
+    import finetune
+    args = types.SimpleNamespace(device="cpu", threads=1)
+    setup, root = llm.PRESETS["default"], str(tmp_path)
+    argv = llm.fine_tune_argv("yarn-s1", setup, root, args)
+    assert argv[argv.index("--checkpoint-every") + 1] == "100"
+    assert llm.recipe(argv) == llm.recipe([x for x in argv if x != "--checkpoint-every" and x != "100"])
+    calls, refuse = [], []
+
+    def run(given):
+        calls.append(given)
+        if refuse and "--resume" in given:
+            raise llm.UsageError("its run was started by another command (lr differ)")
+
+    monkeypatch.setattr(llm.train, "run", run)
+    monkeypatch.setattr(llm, "fingerprint", lambda method, root: "missing")
+    os.makedirs(os.path.join(root, "yarn-s1"))
+    llm.fine_tune("yarn-s1", setup, root, args)
+    assert calls == [argv]  # no checkpoint: from the start
+    open(os.path.join(root, "yarn-s1", finetune.CHECKPOINT), "wb").close()
+    calls.clear()
+    llm.fine_tune("yarn-s1", setup, root, args)
+    assert calls == [[x for x in argv if x != "--force"] + ["--resume"]]
+    calls.clear()
+    refuse.append(True)
+    llm.fine_tune("yarn-s1", setup, root, args)
+    assert calls == [[x for x in argv if x != "--force"] + ["--resume"], argv]
+
+
 def test_exploratory_seed_level_verdicts_are_decided_as_one_family():
     """The exploratory table's seed-level column, like its prompt-level one, is one family: every null tested in
     a table is protected. Bug caught: each comparison decided alone, where ft+yarn - ft (log p up 1.0, 1.3, 0.8
@@ -1077,7 +1112,7 @@ def test_a_design_in_paper_rs_regime_reports_seeds_and_prompts_for_each_primary_
     context marked, and each primary comparison at both levels with what it could detect; the figure is drawn.
     Bugs caught: a primary comparison missing from the page, seeds shown as methods of their own, the page's
     seed-level verdict not the json's, the marks on the wrong lengths."""
-    from experiments import llm
+    from experiments import llm, stats
     monkeypatch.chdir(tmp_path)
     argv = llm.fine_tune_argv
     monkeypatch.setattr(llm, "fine_tune_argv", lambda *a: [tiny_llm if x == "smollm2" else x for x in argv(*a)])
@@ -1122,5 +1157,7 @@ def test_a_design_in_paper_rs_regime_reports_seeds_and_prompts_for_each_primary_
     assert "prompts as units, the secondary level" in table and "| ryarn − ft+yarn |" in table
     assert llm_report.seed_level_line(data) in table
     assert f"**Design history**: {llm.QA3['history']}" in md  # a design changed after results says so
+    planned = stats.detectable(llm.PILOT_SD, 3, 0.05 / 3)  # the page's power, from the design, not the results
+    assert f"3 seed pairs detect a gain of {planned:.2f} with 80 % power" in md and 0.3 < planned < 0.6
     ft_fits = re.search(r"\n\| ft \| (\d of 3) \|", md).group(1)
     assert f"\n| ft+yarn | {ft_fits} (ft's) |" in md  # ft's own check: ft+yarn reads ft's models

@@ -263,3 +263,64 @@ def test_the_fit_check_trains_on_in_train_mode_between_checks(sharp_llm, tmp_pat
     assert seen == [True, True, True]
     fit = json.load(open(os.path.join(str(tmp_path / "run"), "fit.json")))
     assert fit["checks"] == [[1, 0.0], [2, 0.0], [3, 0.0]] and fit["steps_to_fit"] is None
+
+
+def test_a_fine_tune_cut_short_resumes_from_its_checkpoint_to_the_same_model(sharp_llm, tmp_path, monkeypatch):
+    """--checkpoint-every N: a fine-tune killed part way goes on with --resume from its last checkpoint and saves
+    the very model an uninterrupted run saves, its log and fit checks each step once; the checkpoint goes once
+    the model is saved. Bugs caught: the optimizer's state, the position ids' generator (ryarn) or the fit checks
+    not restored; the log keeping the steps trained past the checkpoint (logged twice); the checkpoint left."""
+    import finetune
+    monkeypatch.setattr(hf, "score_prompt", lambda *a, **k: {"right": True})
+    argv = ["--llm", sharp_llm, "--task", "passkey", "--method", "ryarn", "--range", "4", "--train-len", "128",
+            "--steps", "6", "--fit-bar", "0.5", "--fit-every", "3", "--no-fit-stop", "--checkpoint-every", "2",
+            "--threads", "1", "--quiet"]
+    whole, cut = str(tmp_path / "whole"), str(tmp_path / "cut")
+    train.run(argv + ["--out", whole])
+
+    def killed(step, ids, positions):
+        if step == 5:  # steps 1-5 trained and logged, the last checkpoint at 4
+            raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        train.run(argv + ["--out", cut], on_step=killed)
+    assert os.path.isfile(os.path.join(cut, finetune.CHECKPOINT)) and not os.path.isdir(os.path.join(cut, "model"))
+    trained = []
+    train.run(argv + ["--out", cut, "--resume"], on_step=lambda step, ids, positions: trained.append(step))
+    assert trained == [4, 5]
+    a, b = (transformers.AutoModelForCausalLM.from_pretrained(os.path.join(d, "model")).state_dict()
+            for d in (whole, cut))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    logs = [[json.loads(line) for line in open(os.path.join(d, "log.jsonl"))] for d in (whole, cut)]
+    assert [r["step"] for r in logs[1]] == [r["step"] for r in logs[0]] == [1, 2, 3, 3, 4, 5, 6, 6]
+    assert [r.get("loss") for r in logs[1]] == [r.get("loss") for r in logs[0]]
+    assert json.load(open(os.path.join(cut, "fit.json"))) == json.load(open(os.path.join(whole, "fit.json")))
+    assert not os.path.exists(os.path.join(cut, finetune.CHECKPOINT))
+    assert not os.path.exists(os.path.join(whole, finetune.CHECKPOINT))
+
+
+def test_resume_refuses_another_recipe_or_no_checkpoint(sharp_llm, tmp_path, monkeypatch):
+    """--resume goes on only with the run's own command (but for how it runs) from a checkpoint: one line
+    otherwise, and the run's files stay. Bugs caught: a run resumed with another learning rate (a model no
+    command describes), or from a folder with no checkpoint."""
+    import finetune
+    argv = ["--llm", sharp_llm, "--task", "passkey", "--method", "ft", "--train-len", "128", "--steps", "4",
+            "--checkpoint-every", "2", "--threads", "1", "--quiet", "--out", str(tmp_path / "run")]
+
+    def killed(step, ids, positions):
+        if step == 3:
+            raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        train.run(argv, on_step=killed)
+    files = sorted(os.listdir(tmp_path / "run"))
+    with pytest.raises(train.UsageError, match=r"started by another command \(lr differ\)"):
+        train.run(argv + ["--resume", "--lr", "1e-3"])
+    with pytest.raises(train.UsageError, match="give one"):
+        train.run(argv + ["--resume", "--force"])
+    assert sorted(os.listdir(tmp_path / "run")) == files
+    os.remove(tmp_path / "run" / finetune.CHECKPOINT)
+    with pytest.raises(train.UsageError, match="no checkpoint to resume"):
+        train.run(argv + ["--resume"])
+    with pytest.raises(train.UsageError, match="--checkpoint-every 0: "):
+        train.run(argv[:-2] + ["--checkpoint-every", "0", "--out", str(tmp_path / "other")])
