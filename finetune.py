@@ -22,6 +22,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import time
 import warnings
 
@@ -409,7 +410,10 @@ def check_resumable(cfg: LLMConfig) -> None:
                          "every N steps); start it without --resume")
     mine = json.loads(json.dumps(cfg.saved()))
     how = {"out", "device", "threads", "checkpoint_every"}
-    differ = sorted(k for k in set(saved) | set(mine) if k not in how and saved.get(k) != mine.get(k))
+    # a flag one side lacks (added to train.py since, or gone) is no difference where the other leaves it unset
+    unset = (None, False)
+    differ = sorted(k for k in set(saved) | set(mine) if k not in how and saved.get(k) != mine.get(k)
+                    and not (k not in saved and mine[k] in unset or k not in mine and saved[k] in unset))
     if differ:
         raise UsageError(f"{cfg.out}: its run was started by another command ({', '.join(differ)} differ): "
                          "resume it with its own, or start again with --force")
@@ -419,7 +423,7 @@ def resume_from(out: str, model, optimizer, position_rng, fit: dict) -> int:
     """The checkpoint's state loaded into the model, the optimizer, the generators and the fit record; the log
     cut back to its step (a run killed past its last checkpoint trains those steps again). Returns the step."""
     try:
-        state = torch.load(os.path.join(out, CHECKPOINT), weights_only=True)
+        state = torch.load(os.path.join(out, CHECKPOINT), map_location="cpu", weights_only=True)  # any device
         trained = {k: p for k, p in model.named_parameters() if p.requires_grad}
         if set(state["weights"]) != set(trained):
             raise KeyError("weights")
@@ -505,6 +509,8 @@ def save(model, tokenizer, cfg: LLMConfig, out: str | None, log, fit: dict):
         with hf.hushed(cfg.quiet):  # its "Writing model shards" bar
             model.save_pretrained(saving, state_dict=state)
             tokenizer.save_pretrained(saving)
+        # a model/ already here is this run's, saved before a kill that left the checkpoint too (then resumed)
+        shutil.rmtree(os.path.join(out, "model"), ignore_errors=True)
         os.rename(saving, os.path.join(out, "model"))
         with contextlib.suppress(FileNotFoundError):  # the model is whole: the run need not go on
             os.remove(os.path.join(out, CHECKPOINT))

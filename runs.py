@@ -484,7 +484,8 @@ def swap_whole_build(out: str) -> str | None:
             resumable = os.path.isfile(os.path.join(new, "checkpoint.pt"))
             swap_in(new, out)
             return (f"{out}: a --force run here was killed as it was about to go in; it is in place now" +
-                    (f": continue it with python train.py --resume --out {out}" if resumable else ""))
+                    ("" if not resumable else ": continue it with the command line that started it and --resume"
+                     if llm_run(out) else f": continue it with python train.py --resume --out {out}"))
     return None
 
 

@@ -36,7 +36,7 @@ from eval import sample_sd
 from llm_eval import evaluate_llm
 from experiments.common import command_line, cpu_seconds, map_jobs, preset_name, runtime
 from experiments.stats import ALPHA, FIT_BAR, caption, decide, detectable, units_needed
-from runs import UsageError, read_fit, save_atomic
+from runs import UsageError, read_fit, save_atomic, settle
 
 # ---------------------------------------------------------------------------------------------------------
 # The presets
@@ -238,6 +238,7 @@ def fine_tune(method: str, setup: dict, root: str, args) -> None:
     held = fingerprint(method, root)
     if held != "missing" and recorded_model(method, root, argv) == held:
         return
+    settle(os.path.join(root, method))  # a first checkpoint killed before it went into the folder goes in now
     if os.path.isfile(os.path.join(root, method, finetune.CHECKPOINT)):  # cut short: on from its checkpoint
         try:
             train.run([x for x in argv if x != "--force"] + ["--resume"])
@@ -290,7 +291,8 @@ def training_log(method: str, root: str) -> list[dict]:
 
 def fine_tune_minutes(method: str, setup: dict, root: str) -> float | None:
     """About how long a fine-tune took, from its log.jsonl, whichever invocation ran it: its steps' tokens (batch
-    x train_len each) at the rate its last row gives, measured over the whole run; None without a log."""
+    x train_len each) at the rate its last row gives, measured since the fine-tune last started or resumed;
+    None without a log."""
     try:
         log = training_log(method, root)
     except (OSError, ValueError):
@@ -353,8 +355,8 @@ def comparable(plan):
 def model_jobs(methods: list[str], order: list[str], trained=()) -> list[list[str]]:
     """The methods to run as jobs, one per model folder: a fine-tune, then every method that reads its model
     (ft, ft+yarn), so that no two workers touch one folder and all of a model's readings are scored while its
-    weights are there. Jobs with nothing to train come first, since a fine-tune is the one step that does not
-    resume (scoring does, prompt by prompt) and an invocation stopped early keeps the most that way: those that
+    weights are there. Jobs with nothing to train come first, since a fine-tune resumes only from its last
+    checkpoint (scoring, prompt by prompt) and an invocation stopped early keeps the most that way: those that
     read the pretrained model or a fine-tune `trained` already (trained_here); then those that train. Each
     group in `order` (the preset's) of the model it reads."""
     def rank(m):

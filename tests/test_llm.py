@@ -1043,6 +1043,16 @@ def test_a_fine_tune_cut_short_goes_on_from_its_checkpoint(tmp_path, monkeypatch
     refuse.append(True)
     llm.fine_tune("yarn-s1", setup, root, args)
     assert calls == [[x for x in argv if x != "--force"] + ["--resume"], argv]
+    # killed between its first checkpoint and going into the folder: the build goes in, and the run resumes
+    os.remove(os.path.join(root, "yarn-s1", finetune.CHECKPOINT))
+    build = os.path.join(root, "yarn-s1", ".lengen.new")
+    os.makedirs(build)
+    for name in ("config.json", finetune.CHECKPOINT):
+        open(os.path.join(build, name), "w").close()
+    calls.clear()
+    refuse.clear()
+    llm.fine_tune("yarn-s1", setup, root, args)
+    assert calls == [[x for x in argv if x != "--force"] + ["--resume"]] and not os.path.exists(build)
 
 
 def test_exploratory_seed_level_verdicts_are_decided_as_one_family():

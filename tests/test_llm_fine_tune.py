@@ -269,7 +269,9 @@ def test_a_fine_tune_cut_short_resumes_from_its_checkpoint_to_the_same_model(sha
     """--checkpoint-every N: a fine-tune killed part way goes on with --resume from its last checkpoint and saves
     the very model an uninterrupted run saves, its log and fit checks each step once; the checkpoint goes once
     the model is saved. Bugs caught: the optimizer's state, the position ids' generator (ryarn) or the fit checks
-    not restored; the log keeping the steps trained past the checkpoint (logged twice); the checkpoint left."""
+    not restored; the log keeping the steps trained past the checkpoint (logged twice); the checkpoint left; a
+    model/ saved just before a kill blocking the resumed run's (no rename onto a folder); a checkpoint made
+    before train.py gained a flag refused."""
     import finetune
     monkeypatch.setattr(hf, "score_prompt", lambda *a, **k: {"right": True})
     argv = ["--llm", sharp_llm, "--task", "passkey", "--method", "ryarn", "--range", "4", "--train-len", "128",
@@ -285,6 +287,13 @@ def test_a_fine_tune_cut_short_resumes_from_its_checkpoint_to_the_same_model(sha
     with pytest.raises(RuntimeError, match="killed"):
         train.run(argv + ["--out", cut], on_step=killed)
     assert os.path.isfile(os.path.join(cut, finetune.CHECKPOINT)) and not os.path.isdir(os.path.join(cut, "model"))
+    # killed as its model was saved, before the checkpoint went: that model/ is replaced by the resumed run's
+    os.makedirs(os.path.join(cut, "model"))
+    open(os.path.join(cut, "model", "stale"), "w").close()
+    # a flag train.py gained since the run began, left unset, is no difference
+    config = json.load(open(os.path.join(cut, "config.json")))
+    assert config.pop("fsdp") is False
+    json.dump(config, open(os.path.join(cut, "config.json"), "w"))
     trained = []
     train.run(argv + ["--out", cut, "--resume"], on_step=lambda step, ids, positions: trained.append(step))
     assert trained == [4, 5]
@@ -318,6 +327,11 @@ def test_resume_refuses_another_recipe_or_no_checkpoint(sharp_llm, tmp_path, mon
         train.run(argv + ["--resume", "--lr", "1e-3"])
     with pytest.raises(train.UsageError, match="give one"):
         train.run(argv + ["--resume", "--force"])
+    config = json.load(open(tmp_path / "run" / "config.json"))
+    json.dump({**config, "bogus": 3}, open(tmp_path / "run" / "config.json", "w"))  # a flag set, that is gone now
+    with pytest.raises(train.UsageError, match=r"started by another command \(bogus differ\)"):
+        train.run(argv + ["--resume"])
+    json.dump(config, open(tmp_path / "run" / "config.json", "w"))
     assert sorted(os.listdir(tmp_path / "run")) == files
     os.remove(tmp_path / "run" / finetune.CHECKPOINT)
     with pytest.raises(train.UsageError, match="no checkpoint to resume"):
