@@ -387,7 +387,7 @@ def save_checkpoint(out: str, final: str, model, optimizer, step: int, position_
     """checkpoint.pt in the run's folder, written whole or not at all: the weights being trained (a full
     fine-tune's every weight, LoRA's adapters alone), the optimizer's state, the step, the position ids' and
     torch's generators and the fit checks so far. Returns the run's folder: --out from the first checkpoint on."""
-    state = {"weights": {k: p.detach() for k, p in model.named_parameters() if p.requires_grad},
+    state = {"weights": {k: p.detach() for k, p in trained_weights(model).items()},
              "optimizer": optimizer.state_dict(), "step": step, "positions": position_rng.get_state(),
              "torch_rng": torch.get_rng_state(), "fit": fit}
     check_weights(state["weights"], f"after step {step}")
@@ -395,6 +395,11 @@ def save_checkpoint(out: str, final: str, model, optimizer, step: int, position_
     if out != final:
         swap_in(out, final)
     return final
+
+
+def trained_weights(model) -> dict:
+    """The weights a checkpoint holds, by name: those the optimizer updates."""
+    return {k: p for k, p in model.named_parameters() if p.requires_grad}
 
 
 def check_resumable(cfg: LLMConfig) -> None:
@@ -424,7 +429,7 @@ def resume_from(out: str, model, optimizer, position_rng, fit: dict) -> int:
     cut back to its step (a run killed past its last checkpoint trains those steps again). Returns the step."""
     try:
         state = torch.load(os.path.join(out, CHECKPOINT), map_location="cpu", weights_only=True)  # any device
-        trained = {k: p for k, p in model.named_parameters() if p.requires_grad}
+        trained = trained_weights(model)
         if set(state["weights"]) != set(trained):
             raise KeyError("weights")
         with torch.no_grad():
