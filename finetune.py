@@ -37,7 +37,7 @@ import text_tasks
 from hf import YARN_FACTOR  # YaRN's s where yarn or ryarn is not given --factor
 from runs import (RUNTIME_KEYS, UsageError, check_fit_flags, check_out, check_runtime, check_weights,
                   fit_due, fit_record, hold, open_log, physical_memory, prepare_run_dir, record_fit, refuse_unused,
-                  save_atomic, swap_in, write_config)
+                  save_atomic, saved_settings, swap_in, write_config)
 
 
 # Paper R's methods: (YaRN scaling, randomized positions). Evaluation always uses contiguous positions.
@@ -405,12 +405,8 @@ def trained_weights(model) -> dict:
 def check_resumable(cfg: LLMConfig) -> None:
     """--resume: --out holds a checkpoint, and a config.json that this command line would write but for how it
     runs (--out, --device, --threads, --checkpoint-every), so that the run goes on as it began."""
-    try:
-        with open(os.path.join(cfg.out, "config.json")) as f:
-            saved = json.load(f)
-    except (OSError, ValueError):
-        saved = None
-    if not isinstance(saved, dict) or not os.path.isfile(os.path.join(cfg.out, CHECKPOINT)):
+    saved = saved_settings(cfg.out)
+    if saved is None or not os.path.isfile(os.path.join(cfg.out, CHECKPOINT)):
         raise UsageError(f"{cfg.out}: no checkpoint to resume (a run started with --checkpoint-every N saves one "
                          "every N steps); start it without --resume")
     mine = json.loads(json.dumps(cfg.saved()))

@@ -360,15 +360,20 @@ def out_of_memory(error: BaseException) -> str | None:
             f"this process may use {physical_memory() / 2 ** 30:,.0f} GiB")
 
 
-def holds_run(folder: str) -> bool:
-    """Whether folder's config.json is a lengen run's (a small GPT's or an LLM fine-tune's: both name their task,
-    training length, steps and seed), not a Hugging Face model's or anything else's."""
+def saved_settings(folder: str) -> dict | None:
+    """What folder's config.json holds, if it is there and a JSON object; None otherwise."""
     try:
         with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
             saved = json.load(f)
     except (OSError, ValueError):
-        return False
-    return isinstance(saved, dict) and {"task", "train_len", "steps", "seed"} <= set(saved)
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def holds_run(folder: str) -> bool:
+    """Whether folder's config.json is a lengen run's (a small GPT's or an LLM fine-tune's: both name their task,
+    training length, steps and seed), not a Hugging Face model's or anything else's."""
+    return {"task", "train_len", "steps", "seed"} <= set(saved_settings(folder) or {})
 
 
 def check_out(out: str, force: bool) -> None:
@@ -665,11 +670,7 @@ RESUME_FLAGS = ("resume", "out", "quiet", "threads", "device")
 
 def llm_run(folder: str) -> bool:
     """Whether the config.json in `folder` is an LLM fine-tune's (it names the model, --llm)."""
-    try:
-        with open(os.path.join(folder, "config.json")) as f:
-            return bool(json.load(f).get("llm"))
-    except (OSError, ValueError, AttributeError):
-        return False
+    return bool((saved_settings(folder) or {}).get("llm"))
 
 
 def resume_config(args, given: dict) -> RunConfig:

@@ -93,28 +93,11 @@ def qa3_markdown(data: dict) -> str:
     length (the fine-tuning length and the model's own context marked), the primary comparisons with the seeds
     as units and with the prompts, each with the gain it could detect; then every run, and the exploratory
     comparisons."""
-    setup, results, context = data["settings"], data["results"], data["context"]
-    lengths, n = [int(k) for k in setup["samples"]], setup["train_len"]
-    fine_tuned = [m for m in results if not m.startswith("base") and source(m) == m]
+    setup, results = data["settings"], data["results"]
     lines = [f"# Paper R on SmolLM2-135M-Instruct, in its regime: qa{setup['facts']} ({data['scale']})\n",
              f"`{data['command']}` ({data['machine']}): {time_spent(data)}; this invocation took "
              f"{data['invocation_minutes']:.0f} min (a rerun reuses finished fine-tunes and every prompt scored).\n",
-             f"**Fine-tuning** ({len(fine_tuned)} fine-tunes): BABILong-style qa{setup['facts']} ({setup['facts']} "
-             f"supporting facts) at {n} tokens, 1/{context // n} of the model's {context}-token context; every "
-             f"weight (no LoRA), AdamW lr {setup['lr']:g}, {setup['warmup']} warm-up steps, cosine decay, "
-             f"{setup['batch']} sample a step, {setup['steps']} steps for every method, "
-             + ("bfloat16 autocast" if setup["bf16"] else "float32") + "; loss on "
-             f"the answer tokens only. YaRN x{data['factor']:g} over the {context} tokens for every arm read with "
-             f"YaRN. ryarn's positions: sorted distinct ids from [0, M), M widened in the stages of --range-shape "
-             f"paper-r to {setup['range']:g} x the sample length: {stages(setup)}, a fifth of the steps each. "
-             f"**The regime against Paper R's** (Qwen2.5-7B, native context 32768): fine-tuning at 1/{context // n} "
-             "of the native context (Paper R: data of up to 8K tokens, at most 1/4), positions drawn up to "
-             f"{int(setup['range'] * n)}, 1/{context // int(setup['range'] * n)} of it (the range a secondary "
-             "digest gives Paper R: 16K, 1/2), both inside the native context; YaRN's original length the native "
-             f"context, as there. **Fit**: greedy exact match on {setup['fit_prompts']} held-out prompts at {n} "
-             f"tokens, checked every {setup['fit_every']} steps and judged at the last: >= {setup['fit_bar']} (fixed "
-             "before the run: the probe's bar for a three-hop task on a 135M model, below the 0.9 of the small GPT's "
-             "tasks); a comparison with a fine-tune below it is undecided.\n",
+             recipe(data),
              *([f"**Design history**: {setup['history']}\n"] if setup.get("history") else []),
              "**Evaluation**: the same fresh prompts for every model ("
              + ", ".join(f"{k} at {length} tokens" for length, k in setup["samples"].items())
@@ -124,8 +107,47 @@ def qa3_markdown(data: dict) -> str:
              "Wilson interval in brackets; *top-1*: the right place ranks first among the six places in the "
              "next-token distribution after the prompt (chance 1/6); *log p*: the answer's log-probability (natural "
              "log, summed over its tokens), ± the half-width of its 95 % t-interval over prompts, except where a "
-             "table says ± is the sd over seeds.\n",
-             "## Each method over its fine-tuning seeds\n",
+             "table says ± is the sd over seeds.\n"]
+    lines += method_table(data)
+    lines += primary_table(data) + ["", "## Every run\n"]
+    lines += runs_table(results, [int(k) for k in setup["samples"]], run_minutes(data)) + [""]
+    lines += ["## Exploratory comparisons, prompt by prompt\n", "Exploratory: " + data["caption"].split(
+        " Exploratory: ")[-1] + " The seed-level column decides the same comparisons with the seed pairs as the "
+        "units (each pair's mean log p difference), a family of its own at the same level; fewer than 3 pairs: "
+        "undecided.", ""]
+    lines += comparison_rows([c for c in data["comparisons"] if not c["primary"]], "seed-level (log p, one family)")
+    lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
+    return "\n".join(lines) + "\n"
+
+
+def recipe(data: dict) -> str:
+    """The QA3 page's paragraph on how every model was fine-tuned, the regime against Paper R's, and the fit bar."""
+    setup, results, context = data["settings"], data["results"], data["context"]
+    n = setup["train_len"]
+    fine_tuned = [m for m in results if not m.startswith("base") and source(m) == m]
+    return (f"**Fine-tuning** ({len(fine_tuned)} fine-tunes): BABILong-style qa{setup['facts']} ({setup['facts']} "
+            f"supporting facts) at {n} tokens, 1/{context // n} of the model's {context}-token context; every "
+            f"weight (no LoRA), AdamW lr {setup['lr']:g}, {setup['warmup']} warm-up steps, cosine decay, "
+            f"{setup['batch']} sample a step, {setup['steps']} steps for every method, "
+            + ("bfloat16 autocast" if setup["bf16"] else "float32") + "; loss on "
+            f"the answer tokens only. YaRN x{data['factor']:g} over the {context} tokens for every arm read with "
+            f"YaRN. ryarn's positions: sorted distinct ids from [0, M), M widened in the stages of --range-shape "
+            f"paper-r to {setup['range']:g} x the sample length: {stages(setup)}, a fifth of the steps each. "
+            f"**The regime against Paper R's** (Qwen2.5-7B, native context 32768): fine-tuning at 1/{context // n} "
+            "of the native context (Paper R: data of up to 8K tokens, at most 1/4), positions drawn up to "
+            f"{int(setup['range'] * n)}, 1/{context // int(setup['range'] * n)} of it (the range a secondary "
+            "digest gives Paper R: 16K, 1/2), both inside the native context; YaRN's original length the native "
+            f"context, as there. **Fit**: greedy exact match on {setup['fit_prompts']} held-out prompts at {n} "
+            f"tokens, checked every {setup['fit_every']} steps and judged at the last: >= {setup['fit_bar']} (fixed "
+            "before the run: the probe's bar for a three-hop task on a 135M model, below the 0.9 of the small GPT's "
+            "tasks); a comparison with a fine-tune below it is undecided.\n")
+
+
+def method_table(data: dict) -> list[str]:
+    """Each method over its fine-tuning seeds at every length: exact match per seed, log p's mean ± sd."""
+    setup, results, context = data["settings"], data["results"], data["context"]
+    lengths, n = [int(k) for k in setup["samples"]], setup["train_len"]
+    lines = ["## Each method over its fine-tuning seeds\n",
              "Exact match: the mean over seeds (each seed's); log p: the mean over seeds ± their sd. Fit: the seeds "
              "at the bar at the last check (ft+yarn's: ft's, whose models it reads).\n",
              "| method | fit | " + " | ".join(f"{length} tokens{where(length, n, context)}" for length in lengths)
@@ -142,15 +164,7 @@ def qa3_markdown(data: dict) -> str:
             cells.append(f"exact {sum(exact) / len(exact):.2f} ({', '.join(f'{a:.2f}' for a in exact)}); "
                          f"log p {sum(logp) / len(logp):.2f}{spread}")
         lines.append(f"| {method} | {fitted} | " + " | ".join(cells) + " |")
-    lines += ["", "Methods: " + "; ".join(f"`{m}`: {label(m, setup)}" for m in by_method(results)) + ".", ""]
-    lines += primary_table(data) + ["", "## Every run\n"] + runs_table(results, lengths, run_minutes(data)) + [""]
-    lines += ["## Exploratory comparisons, prompt by prompt\n", "Exploratory: " + data["caption"].split(
-        " Exploratory: ")[-1] + " The seed-level column decides the same comparisons with the seed pairs as the "
-        "units (each pair's mean log p difference), a family of its own at the same level; fewer than 3 pairs: "
-        "undecided.", ""]
-    lines += comparison_rows([c for c in data["comparisons"] if not c["primary"]], "seed-level (log p, one family)")
-    lines += ["", "Per-prompt answers and scores: `results/llm.json`. Figure: `results/llm.png`."]
-    return "\n".join(lines) + "\n"
+    return lines + ["", "Methods: " + "; ".join(f"`{m}`: {label(m, setup)}" for m in by_method(results)) + ".", ""]
 
 
 def stages(setup: dict) -> str:
