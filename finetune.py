@@ -35,7 +35,7 @@ import hf
 import lengen
 import text_tasks
 from hf import YARN_FACTOR  # YaRN's s where yarn or ryarn is not given --factor
-from runs import (RUNTIME_KEYS, UsageError, check_fit_flags, check_out, check_runtime, check_weights,
+from runs import (RUNTIME_KEYS, UsageError, check_fit_flags, check_out, check_runtime, check_weights, cut_log,
                   fit_due, fit_record, hold, open_log, physical_memory, prepare_run_dir, record_fit, refuse_unused,
                   save_atomic, saved_settings, swap_in, write_config)
 
@@ -439,9 +439,7 @@ def resume_from(out: str, model, optimizer, position_rng, fit: dict) -> int:
                          "start again with --force") from None
     fit.update(state["fit"])
     step = state["step"]
-    with open(os.path.join(out, "log.jsonl")) as f:
-        kept = [line for line in f if json.loads(line)["step"] <= step]
-    save_atomic(os.path.join(out, "log.jsonl"), lambda f: f.write("".join(kept).encode()))
+    cut_log(out, step)
     return step
 
 

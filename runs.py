@@ -597,6 +597,35 @@ def open_log(out: str, fresh: bool):
     return open(os.path.join(out, "log.jsonl"), "w" if fresh else "a", buffering=1)
 
 
+def cut_log(out: str, step: int) -> None:
+    """A resumed run's log.jsonl cut back to its checkpoint's `step`: the steps trained past it are trained and
+    logged again. Lines cut short or garbled (a power cut) go; a deleted log starts empty."""
+    path = os.path.join(out, "log.jsonl")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.readlines()
+    except FileNotFoundError:  # deleted: the run goes on, logging from its checkpoint
+        lines = []
+    except OSError as e:  # a folder in its place
+        raise UsageError(f"{path}: {e.strerror}; move it aside to resume (the run goes on from its checkpoint)") \
+            from None
+    # each kept line ends with its newline: one that lost it (a power cut) would run into the next step's
+    kept = [line.rstrip("\n") + "\n" for line in lines if (logged := logged_step(line)) is not None
+            and logged <= step]
+    save_atomic(path, lambda f: f.write("".join(kept).encode()))
+
+
+def logged_step(line: str) -> int | None:
+    """The step of one whole log.jsonl line; None for a line cut short, garbled (NUL bytes after a power cut) or
+    not the log's (edited by hand). A line that parses is whole, with or without its newline: a JSON object cut
+    anywhere before its closing brace does not parse."""
+    try:
+        step = json.loads(line)["step"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return step if isinstance(step, int) else None
+
+
 def printable_output() -> None:
     """Print what the terminal's encoding cannot show (a run named é under PYTHONIOENCODING=ascii, a ± in a
     table) as escapes, as Python already does on stderr, instead of failing after the work is done."""

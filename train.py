@@ -42,9 +42,9 @@ import tasks
 import text_tasks
 from eval import evaluate, final_table, load_run, markdown_table, mismatch, model_config
 from runs import (MAX_SAMPLES, Interrupted, Parser, RunConfig, RunFolder, UsageError, check_fit_flags, check_machine,
-                  check_memory, check_optimizer, check_runtime, cli_main, finite, fit_due, fit_record, hold, int_range,
-                  int_set, load_checkpoint, made_by_record, physical_memory, record_fit, refuse_unused, resume_config,
-                  save_atomic)
+                  check_memory, check_optimizer, check_runtime, cli_main, cut_log, finite, fit_due, fit_record, hold,
+                  int_range, int_set, load_checkpoint, made_by_record, physical_memory, record_fit, refuse_unused,
+                  resume_config, save_atomic)
 
 
 # Defaults of a small GPT trained from scratch; an LLM fine-tune has its own (finetune.DEFAULTS).
@@ -285,31 +285,8 @@ def restore(out: str, model: lengen.GPT, optimizer, data_rng: torch.Generator, p
         torch.set_rng_state(ckpt["torch_rng"])
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise UsageError(f"{out}: checkpoint.pt does not fit its config ({str(e).splitlines()[0]})") from None
-    path = os.path.join(out, "log.jsonl")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.readlines()
-    except FileNotFoundError:  # deleted: the run goes on, logging from its checkpoint
-        lines = []
-    except OSError as e:  # a folder in its place
-        raise UsageError(f"{path}: {e.strerror}; move it aside to resume (the run goes on from its checkpoint)") \
-            from None
-    # each kept line ends with its newline: one that lost it (a power cut) would run into the next step's
-    kept = [line.rstrip("\n") + "\n" for line in lines if (step := logged_step(line)) is not None
-            and step <= ckpt["step"]]
-    save_atomic(path, lambda f: f.write("".join(kept).encode()))
+    cut_log(out, ckpt["step"])
     return ckpt["step"], ckpt.get("fit") or fit
-
-
-def logged_step(line: str) -> int | None:
-    """The step of one whole log.jsonl line; None for a line cut short, garbled (NUL bytes after a power cut) or
-    not the log's (edited by hand). A line that parses is whole, with or without its newline: a JSON object cut
-    anywhere before its closing brace does not parse."""
-    try:
-        step = json.loads(line)["step"]
-    except (ValueError, TypeError, KeyError):
-        return None
-    return step if isinstance(step, int) else None
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -271,7 +271,7 @@ def test_a_fine_tune_cut_short_resumes_from_its_checkpoint_to_the_same_model(sha
     the model is saved. Bugs caught: the optimizer's state, the position ids' generator (ryarn) or the fit checks
     not restored; the log keeping the steps trained past the checkpoint (logged twice); the checkpoint left; a
     model/ saved just before a kill blocking the resumed run's (no rename onto a folder); a checkpoint made
-    before train.py gained a flag refused."""
+    before train.py gained a flag refused; a log garbled by a power cut a traceback."""
     import finetune
     monkeypatch.setattr(hf, "score_prompt", lambda *a, **k: {"right": True})
     argv = ["--llm", sharp_llm, "--task", "passkey", "--method", "ryarn", "--range", "4", "--train-len", "128",
@@ -294,6 +294,8 @@ def test_a_fine_tune_cut_short_resumes_from_its_checkpoint_to_the_same_model(sha
     config = json.load(open(os.path.join(cut, "config.json")))
     assert config.pop("fsdp") is False
     json.dump(config, open(os.path.join(cut, "config.json"), "w"))
+    with open(os.path.join(cut, "log.jsonl"), "ab") as f:  # a power cut: NUL bytes, a line cut short
+        f.write(b'\x00\x00\x00\n{"step": 6, "lo')
     trained = []
     train.run(argv + ["--out", cut, "--resume"], on_step=lambda step, ids, positions: trained.append(step))
     assert trained == [4, 5]
