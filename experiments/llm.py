@@ -51,8 +51,9 @@ from runs import UsageError, read_fit, save_atomic, settle
 # `steps` steps (the same samples in the same order for one seed, the whole curriculum and learning-rate
 # schedule: training equal for every method), and then greedy exact match on held-out prompts at its
 # fine-tuning length must reach the preset's fit bar at the last step; one that does not is "did not fit", and
-# no comparison with it is decided. The qa1 design before issue 50 (results at commit 8d377c6, results/llm.md)
-# fine-tuned with LoRA at 512 tokens, scored at 512, 4096 and 10240, and decided ryarn - yarn on prompts.
+# no comparison with it is decided. The qa1 design before issue 50 (results at commit 8d377c6, now
+# results/llm-qa1.md) fine-tuned with LoRA at 512 tokens, scored at 512, 4096 and 10240, and decided ryarn - yarn
+# on prompts.
 MODELS = ["base", "base+yarn", "ft", "yarn", "ryarn", "rpe", "ryarn-nocurr", "ft-s1", "yarn-s1", "ryarn-s1"]
 
 

@@ -423,7 +423,7 @@ def test_readme_quotes_results_exactly():
 
 # The docs page that explains each experiment, and the experiment it quotes.
 DOC_RESULTS = {"docs/randomized-yarn.md": ("ryarn", "ryarn-probe", "ryarn-pretrained-length"),
-               "docs/distance.md": ("distance",), "docs/llm.md": ("llm", "llm-probe", "passkey-grid"),
+               "docs/distance.md": ("distance",), "docs/llm.md": ("llm", "llm-qa1", "llm-probe", "passkey-grid"),
                "docs/every-encoding.md": ("encodings",),
                "docs/why-rope-extrapolates.md": ("retrieval",)}
 # Sections with this heading tell how the design was chosen: they quote earlier designs' results from older
