@@ -111,8 +111,9 @@ PRESETS = {
     # 8) and past it (12288, 1.5x the 8192: 12, the primary length). About 9 h on 2 cores, from the rates of the
     # runs before it: 9 fine-tunes of 104-114 CPU-min (1800 steps at 3.5-3.8 s a step with two at once, the budget
     # probe's and the first design's ft and yarn rates) and 14 models scored in 7-8 CPU-min each; about 7.5 h where
-    # ryarn's two seeds are the budget probe's own models, copied in (results/llm-in-progress/README.md). It resumes
-    # across invocations: what needs no training first, a fine-tune from its last checkpoint (every 100 steps).
+    # ryarn's two seeds are the budget probe's own models, copied in (results/llm-qa3-run/README.md). It resumes
+    # across invocations: what needs no training first, a fine-tune from its last checkpoint (every 100 steps). It
+    # took about 980 min of jobs (results/llm.md), over ten invocations (results/llm-qa3-run/README.md).
     "default": {**QA3, "methods": arms(["ft", "yarn", "ryarn", "ft+yarn", "base", "base+yarn"], 3),
                 "samples": {512: 32, 4096: 8, 12288: 12}},
     # the GPU's decisive design (python eval.py --experiment gpu --dry-run prints it, its runs, time and memory):
